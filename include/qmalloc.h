@@ -1,0 +1,43 @@
+/* qmalloc public API.
+ *
+ * The standard names (malloc, free, ...) are exported by libqmalloc as well; the qm_* names are
+ * the same functions under a name that cannot be interposed, plus qmalloc's own introspection.
+ * Nothing internal is declared here. */
+#ifndef QMALLOC_H
+#define QMALLOC_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define QM_VERSION_STRING "0.1.0"
+
+/* The allocation family: glibc semantics wherever the C standard leaves room. */
+void *qm_malloc(size_t size);
+void qm_free(void *ptr);
+void *qm_calloc(size_t count, size_t size);
+void *qm_realloc(void *ptr, size_t size);
+void *qm_reallocarray(void *ptr, size_t count, size_t size);
+int qm_posix_memalign(void **result, size_t alignment, size_t size);
+void *qm_aligned_alloc(size_t alignment, size_t size);
+void *qm_memalign(size_t alignment, size_t size);
+void *qm_valloc(size_t size);
+void *qm_pvalloc(size_t size);
+size_t qm_malloc_usable_size(void *ptr);
+void qm_free_sized(void *ptr, size_t size);
+void qm_free_aligned_sized(void *ptr, size_t alignment, size_t size);
+
+/* Releases every free page qmalloc can back to the OS (returns 1 if any was released). */
+int qm_trim(size_t pad);
+
+/* Writes the statistics to fd: QM_STATS_TEXT (lines explained in docs/stats.md) or QM_STATS_JSON. */
+enum { QM_STATS_TEXT = 0, QM_STATS_JSON = 1 };
+void qm_stats_print(int fd, int format);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
