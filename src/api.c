@@ -13,6 +13,7 @@ bool api_verify_sizes; /* check=2: sized frees verify the size against the page 
 
 static void *malloc_slow(size_t size);
 static void free_slow(void *ptr);
+static void free_push_slow(void *ptr, unsigned cls);
 
 /* ================================ the fast paths ============================================= */
 
@@ -42,25 +43,24 @@ QM_INLINE void free_push(void *ptr, unsigned cls) {
     *(void **)ptr = head;
     list->head = ptr;
     list->length++;
-    if (QM_UNLIKELY((tcache_self.gc_countdown -= sizeclass_size[cls]) < 0)) tcache_gc(&tcache_self);
     return;
   }
-  if (head == ptr) check_fail_double_free("free()", ptr);
-  tcache_free_slow(&tcache_self, ptr, cls);
+  free_push_slow(ptr, cls);
 }
 
 /* free stays here when: the page map says ptr is on a page of a small span, at an object
- * boundary (which rejects interior and foreign pointers for the price of one multiply), and
- * free_push stays on its fast path. NULL, large and invalid pointers go to free_slow. */
+ * boundary (one multiply rejects interior pointers, foreign pointers and non-small pages alike:
+ * class 0's magic is 0), and free_push stays on its fast path. NULL, large and invalid pointers
+ * go to free_slow. */
 QM_INLINE void free_fast(void *ptr) {
   uintptr_t addr = (uintptr_t)ptr;
   pagemap_leaf_t *leaf = pagemap_leaf_of(addr);
   if (QM_LIKELY(leaf != NULL)) {
-    uint32_t info = __atomic_load_n(&leaf->info[(addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], __ATOMIC_RELAXED);
-    unsigned cls = info & 0xff;
-    uint32_t offset = ((info >> 8) << PAGE_SHIFT) | (uint32_t)(addr & PAGE_MASK);
+    uintptr_t entry = __atomic_load_n(&leaf->small[(addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], __ATOMIC_RELAXED);
+    unsigned cls = entry & 0xff;
+    uint32_t offset = (uint32_t)(addr - (entry - cls)); /* from the span's first object */
     uint64_t magic = sizeclass_magic[cls];
-    if (QM_LIKELY(cls != 0 && offset * magic < magic)) {
+    if (QM_LIKELY(offset * magic < magic)) {
       free_push(ptr, cls);
       return;
     }
@@ -116,11 +116,10 @@ static block_t block_of(void *ptr, const char *call) {
   pagemap_leaf_t *leaf = pagemap_leaf_of(addr);
   if (leaf != NULL) {
     size_t i = (addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1);
-    uint32_t info = __atomic_load_n(&leaf->info[i], __ATOMIC_RELAXED);
-    unsigned cls = info & 0xff;
+    uintptr_t entry = __atomic_load_n(&leaf->small[i], __ATOMIC_RELAXED);
+    unsigned cls = entry & 0xff;
     if (cls != 0) {
-      uint32_t offset = ((info >> 8) << PAGE_SHIFT) | (uint32_t)(addr & PAGE_MASK);
-      if (offset % sizeclass_size[cls] == 0) return (block_t){cls, NULL};
+      if ((addr - (entry - cls)) % sizeclass_size[cls] == 0) return (block_t){cls, NULL};
     } else {
       span_t *span = __atomic_load_n(&leaf->spans[i], __ATOMIC_RELAXED);
       if (span != NULL && span->start == addr) {
@@ -135,6 +134,15 @@ static block_t block_of(void *ptr, const char *call) {
 
 static size_t block_usable(block_t b) {
   return b.cls ? sizeclass_size[b.cls] : (size_t)b.span->npages * PAGE_SIZE;
+}
+
+static QM_NOINLINE void free_push_slow(void *ptr, unsigned cls) {
+  if (tcache_self.lists[cls].head == ptr) check_fail_double_free("free()", ptr);
+  if (QM_UNLIKELY(cls == 0)) { /* free_sized before any malloc: cannot be ours */
+    free_slow(ptr);
+    return;
+  }
+  tcache_free_slow(&tcache_self, ptr, cls);
 }
 
 static QM_NOINLINE void free_slow(void *ptr) {

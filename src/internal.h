@@ -13,15 +13,14 @@
 #include "types.h"
 
 /* ---- sizeclass.c: read-only after sizeclass_init ---- */
+#define SIZECLASS_LOOKUP_SLOTS (SMALL_MAX / 8 + 1)
 extern uint8_t sizeclass_lookup[SIZECLASS_LOOKUP_SLOTS];
 extern uint32_t sizeclass_size[SIZECLASS_COUNT];
 extern uint8_t sizeclass_pages[SIZECLASS_COUNT];
 extern uint64_t sizeclass_magic[SIZECLASS_COUNT];
 extern uint16_t sizeclass_batch[SIZECLASS_COUNT];
-/* Requires n <= SMALL_MAX. 8-byte slots up to 1 KiB, 128-byte slots above. */
-QM_INLINE size_t sizeclass_slot(size_t n) {
-  return n <= 1024 ? (n + 7) >> 3 : (n + 127 + (120 << 7)) >> 7;
-}
+/* Requires n <= SMALL_MAX. */
+QM_INLINE size_t sizeclass_slot(size_t n) { return (n + 7) >> 3; }
 QM_INLINE unsigned sizeclass_of(size_t n) { return sizeclass_lookup[sizeclass_slot(n)]; }
 /* Fills batches and divisibility constants; patches the tiny slots for min_align 8 or 16. */
 void sizeclass_init(unsigned min_align, unsigned batch_max);
@@ -40,7 +39,7 @@ QM_INLINE pagemap_leaf_t *pagemap_leaf_of(uintptr_t addr) {
 span_t *pagemap_span(uintptr_t addr);
 /* Maps the leaves covering [start, start + npages pages); false if out of range or no memory. */
 bool pagemap_ensure(uintptr_t start, size_t npages);
-void pagemap_set_ends(span_t *span);   /* first and last page -> span (info 0) */
+void pagemap_set_ends(span_t *span);   /* first and last page -> span (small entry 0) */
 void pagemap_clear_ends(span_t *span);
 void pagemap_set_small(span_t *span);  /* every page -> span, with class and index */
 void pagemap_clear_small(span_t *span);
@@ -95,7 +94,8 @@ void *tcache_alloc_slow(tcache_t *tc, unsigned cls);
 /* Slow half of free for a small object the fast path could not push (cache not live, list at
  * its maximum): pushes it and flushes as needed. */
 void tcache_free_slow(tcache_t *tc, void *obj, unsigned cls);
-/* The cache's countdown ran out: checks its size against its budget, collects garbage. */
+/* Seed 002's garbage collection: moves half of each list's low-water mark to the central lists
+ * and gives the capacity they held back to the budget. */
 void tcache_gc(tcache_t *tc);
 /* Flushes the calling thread's cache entirely (malloc_trim, thread exit). */
 void tcache_flush_self(void);

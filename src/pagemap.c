@@ -1,5 +1,5 @@
-/* Page map: page number -> span (and, for pages of small spans, the size class and the page's
- * index in its span, which is all free() needs). A two-level radix tree: readers take no lock and
+/* Page map: page number -> span (and, for pages of small spans, the span's start and size class,
+ * which is all free() needs). A two-level radix tree: readers take no lock and
  * see either NULL or a fully zeroed leaf (published with release order); all writers hold the
  * page heap's lock. Leaves are never freed, so a stale read is always safe memory. */
 #include <string.h>
@@ -28,11 +28,11 @@ span_t *pagemap_span(uintptr_t addr) {
   return leaf ? leaf->spans[(addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)] : NULL;
 }
 
-static void pagemap_set(uintptr_t addr, span_t *span, uint32_t info) {
+static void pagemap_set(uintptr_t addr, span_t *span, uintptr_t small) {
   pagemap_leaf_t *leaf = pagemap_root[addr >> PAGEMAP_LEAF_SHIFT];
   size_t i = (addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1);
   leaf->spans[i] = span;
-  __atomic_store_n(&leaf->info[i], info, __ATOMIC_RELEASE);
+  __atomic_store_n(&leaf->small[i], small, __ATOMIC_RELEASE);
 }
 
 void pagemap_set_ends(span_t *span) {
@@ -42,7 +42,7 @@ void pagemap_set_ends(span_t *span) {
 
 void pagemap_set_small(span_t *span) {
   for (uint32_t i = 0; i < span->npages; i++)
-    pagemap_set(span->start + i * PAGE_SIZE, span, PAGEMAP_INFO(span->sizeclass, i));
+    pagemap_set(span->start + i * PAGE_SIZE, span, PAGEMAP_SMALL_ENTRY(span->start, span->sizeclass));
 }
 
 void pagemap_clear_small(span_t *span) {

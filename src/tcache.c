@@ -47,13 +47,6 @@ static void tcache_release_all_of(tcache_list_t *list, unsigned cls) {
   while (list->length > 0) tcache_release(list, cls, list->length < batch ? list->length : batch);
 }
 
-static size_t tcache_bytes(const tcache_t *tc) {
-  size_t bytes = 0;
-  for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++)
-    bytes += (size_t)tc->lists[cls].length * sizeclass_size[cls];
-  return bytes;
-}
-
 static size_t tcache_max_size(const tcache_t *tc) { return __atomic_load_n(&tc->max_size, __ATOMIC_RELAXED); }
 
 /* ---- life of a cache ------------------------------------------------------------------------- */
@@ -68,7 +61,6 @@ static void tcache_registry_setup(void) {
 static void tcache_thread_init(tcache_t *tc) {
   init_process();
   if (tc->state == TCACHE_LIVE) return; /* init_process's own allocations made it already */
-  for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) tc->lists[cls].max_length = 1;
   pthread_mutex_lock(&tcache_registry.lock);
   tcache_registry_setup();
   size_t claim = TCACHE_START_SIZE;
@@ -84,7 +76,6 @@ static void tcache_thread_init(tcache_t *tc) {
   tcache_registry.threads++;
   pthread_key_t key = tcache_registry.exit_key;
   pthread_mutex_unlock(&tcache_registry.lock);
-  tc->gc_countdown = (intptr_t)claim;
   tc->state = TCACHE_LIVE;
   pthread_setspecific(key, tc); /* may allocate (keys past 32): the cache is live already */
 }
@@ -104,86 +95,17 @@ static void tcache_thread_exit(void *unused) {
   tcache_registry.threads--;
   tcache_registry.unclaimed += (intptr_t)tcache_max_size(tc);
   pthread_mutex_unlock(&tcache_registry.lock);
+  tc->capacity = 0;
   tc->state = TCACHE_DEAD;
-  tc->gc_countdown = INTPTR_MAX;
 }
 
 void tcache_flush_self(void) {
   tcache_t *tc = &tcache_self;
   if (tc->state != TCACHE_LIVE) return;
   for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) tcache_release_all_of(&tc->lists[cls], cls);
-  tc->gc_countdown = (intptr_t)tcache_max_size(tc);
 }
 
-/* ---- slow halves of malloc and free ------------------------------------------------------------ */
-
-void *tcache_alloc_slow(tcache_t *tc, unsigned cls) {
-  if (QM_UNLIKELY(tc->state != TCACHE_LIVE)) {
-    if (tc->state == TCACHE_UNINIT) {
-      tcache_thread_init(tc);
-    } else { /* the thread is exiting: serve it without caching */
-      void *obj;
-      return central_remove(cls, &obj, 1) ? obj : NULL;
-    }
-  }
-  tcache_list_t *list = &tc->lists[cls];
-  if (list->head != NULL) { /* callers that bypass the fast path (aligned allocation) */
-    void *obj = list->head;
-    list->head = *(void **)obj;
-    if (--list->length < list->low_water) list->low_water = list->length;
-    return obj;
-  }
-  uint32_t batch = sizeclass_batch[cls];
-  uint32_t want = list->max_length < batch ? list->max_length : batch;
-  void *head;
-  uint32_t got = central_remove(cls, &head, want ? want : 1);
-  if (got == 0) return NULL;
-  tc->refills++;
-  /* Slow start: a list earns its length by missing, one object at a time up to a batch, then a
-   * batch at a time. */
-  if (list->max_length < batch) list->max_length++;
-  else if (list->max_length + batch <= TCACHE_LIST_MAX_LENGTH) list->max_length += batch;
-  void *obj = head;
-  list->head = *(void **)head;
-  list->length = got - 1;
-  list->low_water = 0;
-  pageheap_maybe_decay();
-  return obj;
-}
-
-/* The list outgrew its maximum: hand a batch to the central list and adapt the maximum. */
-static void tcache_list_too_long(tcache_t *tc, tcache_list_t *list, unsigned cls) {
-  uint32_t batch = sizeclass_batch[cls];
-  tcache_release(list, cls, list->length < batch ? list->length : batch);
-  tc->flushes++;
-  if (list->max_length < batch) {
-    list->max_length++;
-  } else if (++list->overages > TCACHE_MAX_OVERAGES) {
-    /* A list that keeps overflowing belongs to a thread that frees more than it allocates (a
-     * consumer): shrinking it keeps such threads from hoarding. */
-    list->max_length = list->max_length > 2 * batch ? list->max_length - batch : batch;
-    list->overages = 0;
-  }
-}
-
-void tcache_free_slow(tcache_t *tc, void *obj, unsigned cls) {
-  if (QM_UNLIKELY(tc->state != TCACHE_LIVE)) {
-    if (tc->state == TCACHE_DEAD) {
-      *(void **)obj = NULL;
-      central_insert(cls, obj, 1);
-      return;
-    }
-    tcache_thread_init(tc);
-  }
-  tcache_list_t *list = &tc->lists[cls];
-  *(void **)obj = list->head;
-  list->head = obj;
-  list->length++;
-  if (list->length > list->max_length) tcache_list_too_long(tc, list, cls);
-  if ((tc->gc_countdown -= (intptr_t)sizeclass_size[cls]) < 0) tcache_gc(tc);
-}
-
-/* ---- garbage collection and budget ------------------------------------------------------------ */
+/* ---- budget ------------------------------------------------------------------------------------ */
 
 /* Grows this cache's budget: from the unclaimed total if any is left, otherwise by taking a step
  * from another thread's budget (round robin), so busy threads gain what idle ones do not use. */
@@ -212,34 +134,107 @@ static void tcache_grow_budget(tcache_t *tc) {
 }
 
 void tcache_gc(tcache_t *tc) {
-  if (tc->state != TCACHE_LIVE) {
-    tc->gc_countdown = INTPTR_MAX;
-    return;
-  }
-  size_t bytes = tcache_bytes(tc);
-  if (bytes > tcache_max_size(tc)) {
-    /* Seed 002: move half of each list's low-water mark L. Those L objects sat unused since the
-     * last collection; keeping half bets on the recent past without starving the next burst. */
-    for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
-      tcache_list_t *list = &tc->lists[cls];
-      uint32_t low = list->low_water;
-      if (low > 0) {
-        uint32_t drop = low > 1 ? low / 2 : 1;
-        tc->bytes_flushed_gc += (uint64_t)drop * sizeclass_size[cls];
-        tcache_release(list, cls, drop);
-        uint32_t batch = sizeclass_batch[cls];
-        if (list->max_length > batch) list->max_length = list->max_length - batch > batch ? list->max_length - batch : batch;
-      }
-      list->low_water = list->length;
+  /* Seed 002: move half of each list's low-water mark L. Those L objects sat unused since the
+   * last collection; keeping half bets on the recent past without starving the next burst. The
+   * list's maximum shrinks by as much, which is what returns the capacity to the budget. */
+  size_t freed = 0;
+  for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
+    tcache_list_t *list = &tc->lists[cls];
+    uint32_t low = list->low_water;
+    if (low > 0) {
+      uint32_t drop = low > 1 ? low / 2 : 1;
+      tcache_release(list, cls, drop);
+      list->max_length = (uint16_t)(list->max_length - drop);
+      tc->capacity -= (size_t)drop * sizeclass_size[cls];
+      freed += (size_t)drop * sizeclass_size[cls];
     }
-    tc->gc_runs++;
-    tcache_grow_budget(tc);
-    bytes = tcache_bytes(tc);
+    list->low_water = list->length;
   }
-  size_t max = tcache_max_size(tc);
-  /* Still over (every list in use): check again after an eighth of the budget, not every free. */
-  tc->gc_countdown = bytes < max ? (intptr_t)(max - bytes) : (intptr_t)(max / 8 + 1);
+  tc->gc_runs++;
+  tc->bytes_flushed_gc += freed;
+  /* Every list in use, nothing to collect: don't rescan on each of the next growth attempts. */
+  tc->gc_idle = freed ? 0 : 32;
   pageheap_maybe_decay();
+}
+
+/* Raises a list's maximum by delta if the budget has room, collecting garbage or growing the
+ * budget first when it has not. False when there is no room. */
+static bool tcache_grow_list(tcache_t *tc, tcache_list_t *list, unsigned cls, uint32_t delta) {
+  size_t need = (size_t)delta * sizeclass_size[cls];
+  if (list->max_length + delta > TCACHE_LIST_MAX_LENGTH) return false;
+  if (tc->capacity + need > tcache_max_size(tc)) {
+    if (tc->gc_idle > 0) tc->gc_idle--;
+    else tcache_gc(tc);
+    if (tc->capacity + need > tcache_max_size(tc)) tcache_grow_budget(tc);
+    if (tc->capacity + need > tcache_max_size(tc)) return false;
+  }
+  list->max_length = (uint16_t)(list->max_length + delta);
+  tc->capacity += need;
+  return true;
+}
+
+/* ---- slow halves of malloc and free ------------------------------------------------------------ */
+
+void *tcache_alloc_slow(tcache_t *tc, unsigned cls) {
+  if (QM_UNLIKELY(tc->state != TCACHE_LIVE)) {
+    if (tc->state == TCACHE_UNINIT) {
+      tcache_thread_init(tc);
+    } else { /* the thread is exiting: serve it without caching */
+      void *obj;
+      return central_remove(cls, &obj, 1) ? obj : NULL;
+    }
+  }
+  tcache_list_t *list = &tc->lists[cls];
+  if (list->head != NULL) { /* callers that bypass the fast path (aligned allocation) */
+    void *obj = list->head;
+    list->head = *(void **)obj;
+    if (--list->length < list->low_water) list->low_water = list->length;
+    return obj;
+  }
+  /* Slow start: a list earns its length by missing, one object at a time up to a batch, then a
+   * batch at a time, as long as the budget has room. */
+  uint32_t batch = sizeclass_batch[cls];
+  tcache_grow_list(tc, list, cls, list->max_length < batch ? 1 : batch);
+  uint32_t want = list->max_length < batch ? list->max_length : batch;
+  void *head;
+  uint32_t got = central_remove(cls, &head, want ? want : 1);
+  if (got == 0) return NULL;
+  tc->refills++;
+  void *obj = head;
+  list->head = *(void **)head;
+  list->length = (uint16_t)(got - 1);
+  list->low_water = 0;
+  pageheap_maybe_decay();
+  return obj;
+}
+
+void tcache_free_slow(tcache_t *tc, void *obj, unsigned cls) {
+  if (QM_UNLIKELY(tc->state != TCACHE_LIVE)) {
+    if (tc->state == TCACHE_DEAD) {
+      *(void **)obj = NULL;
+      central_insert(cls, obj, 1);
+      return;
+    }
+    tcache_thread_init(tc);
+  }
+  tcache_list_t *list = &tc->lists[cls];
+  *(void **)obj = list->head;
+  list->head = obj;
+  list->length++;
+  if (list->length <= list->max_length) return;
+  uint32_t batch = sizeclass_batch[cls];
+  if (list->max_length < batch && tcache_grow_list(tc, list, cls, 1)) return;
+  /* Too long: hand a batch to the central list. A list that keeps overflowing belongs to a
+   * thread that frees more than it allocates (a consumer): shrinking it keeps it from hoarding. */
+  tcache_release(list, cls, list->length < batch ? list->length : batch);
+  tc->flushes++;
+  if (list->max_length >= batch && ++list->overages > TCACHE_MAX_OVERAGES) {
+    uint32_t shrink = list->max_length > 2 * batch ? batch : list->max_length - batch;
+    list->max_length = (uint16_t)(list->max_length - shrink);
+    tc->capacity -= (size_t)shrink * sizeclass_size[cls];
+    list->overages = 0;
+    if (list->length > list->max_length) tcache_release(list, cls, list->length - list->max_length);
+  }
 }
 
 /* ---- process life, statistics ------------------------------------------------------------------ */

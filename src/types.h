@@ -49,37 +49,39 @@ typedef struct span_s {
 
 /* ---- page map (pagemap.c) ----------------------------------------------------------------- */
 
-/* info[] is what free()'s fast path reads: for a page of a small span, its size class (low 8 bits)
- * and the page's index in the span (bits 8..31), from which the object offset follows without
- * touching the span; 0 for every other page. spans[] is set for every page of a small span and
- * for the first and last pages of other spans (all coalescing and large frees need). */
+/* small[] is what free()'s fast path reads: for a page of a small span, the span's start address
+ * with the size class in its low 8 bits (spans are page-aligned, so the bits are free), from which
+ * the object's offset and class follow without touching the span; 0 for every other page.
+ * spans[] is set for every page of a small span and for the first and last pages of other spans
+ * (all that coalescing and large frees need). */
 typedef struct pagemap_leaf_s {
-  uint32_t info[PAGEMAP_LEAF_LEN];
+  uintptr_t small[PAGEMAP_LEAF_LEN];
   span_t *spans[PAGEMAP_LEAF_LEN];
 } pagemap_leaf_t;
 
-#define PAGEMAP_INFO(cls, index_in_span) ((uint32_t)(cls) | ((uint32_t)(index_in_span) << 8))
+#define PAGEMAP_SMALL_ENTRY(span_start, cls) ((uintptr_t)(span_start) | (uintptr_t)(cls))
 
 /* ---- thread cache (tcache.c; the fast paths in api.c read and write it too) ---------------- */
 
+/* 16 bytes, so a list is found with one shift. Lengths fit 16 bits: TCACHE_LIST_MAX_LENGTH. */
 typedef struct tcache_list_s {
   void *head;          /* singly linked through each object's first word */
-  uint32_t length;
-  uint32_t max_length; /* grows on misses (slow start, then by batches); 0 forces the slow path */
-  uint32_t low_water;  /* least length since the last garbage collection */
-  uint32_t overages;   /* times the list overflowed max_length since it last shrank */
+  uint16_t length;
+  uint16_t max_length; /* grows on misses within the budget; 0 sends every free to the slow path */
+  uint16_t low_water;  /* least length since the last garbage collection */
+  uint16_t overages;   /* times the list overflowed max_length since it last shrank */
 } tcache_list_t;
 
 typedef enum { TCACHE_UNINIT = 0, TCACHE_LIVE, TCACHE_DEAD } tcache_state_t;
 
 typedef struct tcache_s {
   tcache_list_t lists[SIZECLASS_COUNT];
-  /* Bytes that may still be freed into this cache before its size is checked against its budget.
-   * Decremented by free()'s fast path; malloc's does not add back, so the check runs early,
-   * never late. */
-  intptr_t gc_countdown;
+  /* The budget bounds capacity, not contents: capacity = sum of max_length * class size, so the
+   * bytes a cache holds never exceed max_size, and neither fast path has to count bytes. */
+  size_t capacity;
   size_t max_size;            /* this thread's budget in bytes; others may lower it (stealing) */
   uint8_t state;              /* tcache_state_t */
+  uint8_t gc_idle;            /* growth attempts to let pass before collecting again */
   struct tcache_s *next, *prev; /* registry of live caches, under tcache's registry lock */
   /* statistics, written only by the owner */
   uint64_t refills, flushes, gc_runs;
