@@ -99,7 +99,7 @@ void tcache_free_slow(tcache_t *tc, void *obj, unsigned cls);
 void tcache_gc(tcache_t *tc);
 /* Flushes the calling thread's cache entirely (malloc_trim, thread exit). */
 void tcache_flush_self(void);
-/* Sets the unclaimed budget to tcache_total (process init). */
+/* Recomputes the unclaimed budget from tcache_total and the live caches (init, option change). */
 void tcache_budget_init(void);
 void tcache_lock_for_fork(void);
 void tcache_unlock_after_fork(bool child);
@@ -126,6 +126,7 @@ __attribute__((noreturn)) QM_COLD void check_fail(const char *what, const void *
 /* ---- stats.c ---- */
 void stats_mapped_add(intptr_t bytes);
 void stats_metadata_add(intptr_t bytes);
+size_t stats_mapped(void); /* bytes mapped from the OS now */
 void stats_print(int fd, int format);
 void stats_at_exit(void);
 

@@ -12,6 +12,8 @@ static intptr_t stats_metadata_bytes; /* atomic: span headers and page-map leave
 void stats_mapped_add(intptr_t bytes) { __atomic_fetch_add(&stats_mapped_bytes, bytes, __ATOMIC_RELAXED); }
 void stats_metadata_add(intptr_t bytes) { __atomic_fetch_add(&stats_metadata_bytes, bytes, __ATOMIC_RELAXED); }
 
+size_t stats_mapped(void) { return (size_t)__atomic_load_n(&stats_mapped_bytes, __ATOMIC_RELAXED); }
+
 static size_t stats_fmt_u(char *buf, unsigned long long v, int width) {
   char tmp[24];
   int n = 0;

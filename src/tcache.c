@@ -258,7 +258,13 @@ void tcache_unlock_after_fork(bool child) {
   tcache_registry.steal_cursor = NULL;
 }
 
-void tcache_budget_init(void) { tcache_registry.unclaimed = (intptr_t)option(OPTION_TCACHE_TOTAL); }
+void tcache_budget_init(void) {
+  pthread_mutex_lock(&tcache_registry.lock);
+  intptr_t claimed = 0;
+  for (tcache_t *tc = tcache_registry.head; tc != NULL; tc = tc->next) claimed += (intptr_t)tcache_max_size(tc);
+  tcache_registry.unclaimed = (intptr_t)option(OPTION_TCACHE_TOTAL) - claimed;
+  pthread_mutex_unlock(&tcache_registry.lock);
+}
 
 void tcache_totals(tcache_totals_t *out, size_t *bytes_per_class) {
   *out = (tcache_totals_t){0};
