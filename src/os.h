@@ -21,7 +21,5 @@ void *os_remap(void *addr, size_t old_size, size_t new_size);
 bool os_remap_fixed(void *addr, size_t old_size, size_t new_size, void *target);
 /* Monotonic milliseconds, from the vDSO (no system call on Linux). */
 uint64_t os_now_ms(void);
-/* Writes all of buf to fd, retrying on EINTR and partial writes. */
-void os_write_all(int fd, const char *buf, size_t len);
 
 #endif
