@@ -68,6 +68,7 @@ void pageheap_lock_for_fork(void);
 void pageheap_unlock_after_fork(bool child);
 typedef struct pageheap_stats_s {
   size_t free_backed_bytes, free_released_bytes, small_span_bytes, large_bytes, direct_bytes;
+  size_t free_spans, direct_blocks;
   uint64_t release_calls, released_bytes_total;
 } pageheap_stats_t;
 void pageheap_stats(pageheap_stats_t *out);
@@ -97,18 +98,28 @@ void tcache_free_slow(tcache_t *tc, void *obj, unsigned cls);
 /* Seed 002's garbage collection: moves half of each list's low-water mark to the central lists
  * and gives the capacity they held back to the budget. */
 void tcache_gc(tcache_t *tc);
+/* NULL if the cache's invariants hold, else what is broken (chains against lengths, maxima,
+ * low-water marks, capacity, classes of the objects). Only the owner may call it. */
+const char *tcache_check(const tcache_t *tc);
 /* Flushes the calling thread's cache entirely (malloc_trim, thread exit). */
 void tcache_flush_self(void);
 /* Recomputes the unclaimed budget from tcache_total and the live caches (init, option change). */
 void tcache_budget_init(void);
 void tcache_lock_for_fork(void);
 void tcache_unlock_after_fork(bool child);
-/* Process-wide sums over live caches, for statistics (takes the registry lock). */
+/* Process-wide sums over live caches (and counters of exited ones), for statistics; fills
+ * objects_per_class[cls] (adds to it) and up to max_threads per-thread rows. Takes the registry
+ * lock. */
+typedef struct tcache_thread_stats_s {
+  size_t bytes, capacity, max_size;
+  uint64_t refills, flushes, gc_runs;
+} tcache_thread_stats_t;
 typedef struct tcache_totals_s {
   size_t bytes, threads;
+  intptr_t unclaimed;
   uint64_t refills, flushes, gc_runs;
 } tcache_totals_t;
-void tcache_totals(tcache_totals_t *out, size_t *bytes_per_class);
+void tcache_totals(tcache_totals_t *out, size_t *objects_per_class, tcache_thread_stats_t *threads, size_t max_threads);
 
 /* ---- api.c ---- */
 extern bool api_verify_sizes;
@@ -127,6 +138,17 @@ __attribute__((noreturn)) QM_COLD void check_fail(const char *what, const void *
 void stats_mapped_add(intptr_t bytes);
 void stats_metadata_add(intptr_t bytes);
 size_t stats_mapped(void); /* bytes mapped from the OS now */
+/* One consistent-enough picture of the whole heap (each layer read under its own lock). */
+typedef struct stats_snapshot_s {
+  /* the accounting identity: these add up to mapped */
+  size_t in_use, thread_caches, transfer_caches, central_free, pageheap_free, released, metadata, mapped;
+  /* how in_use splits, and counters */
+  size_t small_in_use, large_in_use, huge_in_use, huge_blocks, free_spans, threads;
+  intptr_t unclaimed_budget;
+  uint64_t refills, flushes, gc_runs, release_calls, released_bytes_total;
+  size_t class_in_use[SIZECLASS_COUNT], class_free[SIZECLASS_COUNT], class_spans[SIZECLASS_COUNT];
+} stats_snapshot_t;
+void stats_snapshot(stats_snapshot_t *out);
 void stats_print(int fd, int format);
 void stats_at_exit(void);
 

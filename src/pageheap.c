@@ -24,7 +24,8 @@ static struct {
   pthread_mutex_t lock;
   free_set_t backed, released;
   span_t *oldest, *newest; /* backed free spans, by the time they became free */
-  size_t small_span_bytes, large_bytes, direct_bytes;
+  size_t small_span_bytes, large_bytes, direct_bytes, direct_blocks;
+  size_t free_spans;
   uint64_t release_calls, released_bytes_total;
   uint64_t next_decay_ms;  /* no backed span is due for release before this time */
 } pageheap = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -48,6 +49,7 @@ static void pageheap_insert(span_t *span) {
   set->lists[i] = span;
   set->nonempty[i / 64] |= (uint64_t)1 << (i % 64);
   set->bytes += span->npages * PAGE_SIZE;
+  pageheap.free_spans++;
   if (span->state == SPAN_FREE_BACKED) { /* append as the newest */
     span->u.age.newer = NULL;
     span->u.age.older = pageheap.newest;
@@ -66,6 +68,7 @@ static void pageheap_remove(span_t *span) {
   if (span->next) span->next->prev = span->prev;
   if (set->lists[i] == NULL) set->nonempty[i / 64] &= ~((uint64_t)1 << (i % 64));
   set->bytes -= span->npages * PAGE_SIZE;
+  pageheap.free_spans--;
   if (span->state == SPAN_FREE_BACKED) {
     if (span->u.age.newer) span->u.age.newer->u.age.older = span->u.age.older;
     else pageheap.newest = span->u.age.older;
@@ -202,6 +205,7 @@ static span_t *pageheap_alloc_direct(size_t npages, size_t align_pages) {
     span->direct = 1;
     pagemap_set_ends(span);
     pageheap.direct_bytes += bytes;
+    pageheap.direct_blocks++;
   }
   pthread_mutex_unlock(&pageheap.lock);
   if (span == NULL) os_unmap(p, bytes);
@@ -269,6 +273,7 @@ void pageheap_free(span_t *span) {
     pagemap_clear_ends(span);
     span_delete(span);
     pageheap.direct_bytes -= bytes;
+    pageheap.direct_blocks--;
     pthread_mutex_unlock(&pageheap.lock);
     os_unmap(start, bytes);
     return;
@@ -367,6 +372,8 @@ void pageheap_stats(pageheap_stats_t *out) {
   out->small_span_bytes = pageheap.small_span_bytes;
   out->large_bytes = pageheap.large_bytes;
   out->direct_bytes = pageheap.direct_bytes;
+  out->direct_blocks = pageheap.direct_blocks;
+  out->free_spans = pageheap.free_spans;
   out->release_calls = pageheap.release_calls;
   out->released_bytes_total = pageheap.released_bytes_total;
   pthread_mutex_unlock(&pageheap.lock);

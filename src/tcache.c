@@ -9,6 +9,7 @@
 #include <pthread.h>
 
 #include "internal.h"
+#include "log.h"
 
 __thread tcache_t tcache_self __attribute__((tls_model("initial-exec")));
 
@@ -22,6 +23,7 @@ static struct {
   intptr_t unclaimed;       /* total budget minus what live caches hold; may go negative */
   tcache_t *steal_cursor;   /* next victim, round robin */
   pthread_key_t exit_key;   /* its destructor hands the cache back at thread exit */
+  uint64_t retired_refills, retired_flushes, retired_gc_runs; /* counters of exited threads */
   bool key_ready;
 } tcache_registry = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -48,6 +50,34 @@ static void tcache_release_all_of(tcache_list_t *list, unsigned cls) {
 }
 
 static size_t tcache_max_size(const tcache_t *tc) { return __atomic_load_n(&tc->max_size, __ATOMIC_RELAXED); }
+
+/* ---- invariants (QM_DEBUG builds run this on every slow path; unit tests call it) ---------------- */
+
+const char *tcache_check(const tcache_t *tc) {
+  size_t capacity = 0;
+  for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
+    const tcache_list_t *list = &tc->lists[cls];
+    uint32_t n = 0;
+    for (void *p = list->head; p != NULL && n <= TCACHE_LIST_MAX_LENGTH + 1u; p = *(void **)p) {
+      pagemap_leaf_t *leaf = pagemap_leaf_of((uintptr_t)p);
+      uintptr_t entry = leaf ? leaf->small[((uintptr_t)p >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)] : 0;
+      if ((entry & 0xff) != cls) return "an object on a list of another class";
+      n++;
+    }
+    if (n != list->length) return "list length differs from its chain";
+    if (list->low_water > list->length) return "low-water mark above the length";
+    if (list->length > list->max_length) return "list longer than its maximum";
+    capacity += (size_t)list->max_length * sizeclass_size[cls];
+  }
+  if (tc->state == TCACHE_LIVE && capacity != tc->capacity) return "capacity differs from the lists' maxima";
+  return NULL;
+}
+
+static void tcache_debug_check(const tcache_t *tc, const char *where) {
+  if (!qm_debug) return;
+  const char *broken = tcache_check(tc);
+  if (broken) log_fatal("tcache_check after %s: %s", where, broken);
+}
 
 /* ---- life of a cache ------------------------------------------------------------------------- */
 
@@ -94,6 +124,9 @@ static void tcache_thread_exit(void *unused) {
   if (tcache_registry.steal_cursor == tc) tcache_registry.steal_cursor = NULL;
   tcache_registry.threads--;
   tcache_registry.unclaimed += (intptr_t)tcache_max_size(tc);
+  tcache_registry.retired_refills += tc->refills;
+  tcache_registry.retired_flushes += tc->flushes;
+  tcache_registry.retired_gc_runs += tc->gc_runs;
   pthread_mutex_unlock(&tcache_registry.lock);
   tc->capacity = 0;
   tc->state = TCACHE_DEAD;
@@ -107,30 +140,34 @@ void tcache_flush_self(void) {
 
 /* ---- budget ------------------------------------------------------------------------------------ */
 
-/* Grows this cache's budget: from the unclaimed total if any is left, otherwise by taking a step
- * from another thread's budget (round robin), so busy threads gain what idle ones do not use. */
-static void tcache_grow_budget(tcache_t *tc) {
+/* Grows this cache's budget by one step: from the unclaimed total if any is left, otherwise (if
+ * `steal`) from another thread's budget, round robin, so busy threads gain what idle ones do not
+ * use. Returns whether it grew. */
+static bool tcache_grow_budget(tcache_t *tc, bool steal) {
   size_t cap = (size_t)option(OPTION_TCACHE_MAX);
+  bool grew = false;
   pthread_mutex_lock(&tcache_registry.lock);
   size_t mine = tcache_max_size(tc);
   if (mine + TCACHE_STEAL_STEP <= cap) {
     if (tcache_registry.unclaimed >= (intptr_t)TCACHE_STEAL_STEP) {
       tcache_registry.unclaimed -= (intptr_t)TCACHE_STEAL_STEP;
-      __atomic_store_n(&tc->max_size, mine + TCACHE_STEAL_STEP, __ATOMIC_RELAXED);
-    } else {
+      grew = true;
+    } else if (steal) {
       for (size_t tries = 0; tries < 8 && tries < tcache_registry.threads; tries++) {
         tcache_t *v = tcache_registry.steal_cursor ? tcache_registry.steal_cursor : tcache_registry.head;
         tcache_registry.steal_cursor = v->next;
         size_t theirs = tcache_max_size(v);
         if (v != tc && theirs >= TCACHE_MIN_SIZE + TCACHE_STEAL_STEP) {
           __atomic_store_n(&v->max_size, theirs - TCACHE_STEAL_STEP, __ATOMIC_RELAXED);
-          __atomic_store_n(&tc->max_size, mine + TCACHE_STEAL_STEP, __ATOMIC_RELAXED);
+          grew = true;
           break;
         }
       }
     }
+    if (grew) __atomic_store_n(&tc->max_size, mine + TCACHE_STEAL_STEP, __ATOMIC_RELAXED);
   }
   pthread_mutex_unlock(&tcache_registry.lock);
+  return grew;
 }
 
 void tcache_gc(tcache_t *tc) {
@@ -157,16 +194,18 @@ void tcache_gc(tcache_t *tc) {
   pageheap_maybe_decay();
 }
 
-/* Raises a list's maximum by delta if the budget has room, collecting garbage or growing the
- * budget first when it has not. False when there is no room. */
+/* Raises a list's maximum by delta if the budget has room. When it has not: take budget nobody
+ * claimed; failing that, collect garbage (seed 002's rule) and, if that frees too little, take a
+ * step of another thread's budget. False when there is still no room. */
 static bool tcache_grow_list(tcache_t *tc, tcache_list_t *list, unsigned cls, uint32_t delta) {
   size_t need = (size_t)delta * sizeclass_size[cls];
   if (list->max_length + delta > TCACHE_LIST_MAX_LENGTH) return false;
-  if (tc->capacity + need > tcache_max_size(tc)) {
+  while (tc->capacity + need > tcache_max_size(tc)) {
+    if (tcache_grow_budget(tc, false)) continue;
     if (tc->gc_idle > 0) tc->gc_idle--;
     else tcache_gc(tc);
-    if (tc->capacity + need > tcache_max_size(tc)) tcache_grow_budget(tc);
-    if (tc->capacity + need > tcache_max_size(tc)) return false;
+    if (tc->capacity + need <= tcache_max_size(tc)) break;
+    if (!tcache_grow_budget(tc, true)) return false;
   }
   list->max_length = (uint16_t)(list->max_length + delta);
   tc->capacity += need;
@@ -205,6 +244,7 @@ void *tcache_alloc_slow(tcache_t *tc, unsigned cls) {
   list->length = (uint16_t)(got - 1);
   list->low_water = 0;
   pageheap_maybe_decay();
+  tcache_debug_check(tc, "refill");
   return obj;
 }
 
@@ -223,7 +263,10 @@ void tcache_free_slow(tcache_t *tc, void *obj, unsigned cls) {
   list->length++;
   if (list->length <= list->max_length) return;
   uint32_t batch = sizeclass_batch[cls];
-  if (list->max_length < batch && tcache_grow_list(tc, list, cls, 1)) return;
+  if (list->max_length < batch && tcache_grow_list(tc, list, cls, 1)) {
+    tcache_debug_check(tc, "growth on free");
+    return;
+  }
   /* Too long: hand a batch to the central list. A list that keeps overflowing belongs to a
    * thread that frees more than it allocates (a consumer): shrinking it keeps it from hoarding. */
   tcache_release(list, cls, list->length < batch ? list->length : batch);
@@ -235,6 +278,7 @@ void tcache_free_slow(tcache_t *tc, void *obj, unsigned cls) {
     list->overages = 0;
     if (list->length > list->max_length) tcache_release(list, cls, list->length - list->max_length);
   }
+  tcache_debug_check(tc, "flush");
 }
 
 /* ---- process life, statistics ------------------------------------------------------------------ */
@@ -266,19 +310,33 @@ void tcache_budget_init(void) {
   pthread_mutex_unlock(&tcache_registry.lock);
 }
 
-void tcache_totals(tcache_totals_t *out, size_t *bytes_per_class) {
+void tcache_totals(tcache_totals_t *out, size_t *objects_per_class, tcache_thread_stats_t *threads, size_t max_threads) {
   *out = (tcache_totals_t){0};
   pthread_mutex_lock(&tcache_registry.lock);
+  out->refills = tcache_registry.retired_refills;
+  out->flushes = tcache_registry.retired_flushes;
+  out->gc_runs = tcache_registry.retired_gc_runs;
+  out->unclaimed = tcache_registry.unclaimed;
   for (tcache_t *tc = tcache_registry.head; tc != NULL; tc = tc->next) {
-    out->threads++;
-    out->refills += __atomic_load_n(&tc->refills, __ATOMIC_RELAXED);
-    out->flushes += __atomic_load_n(&tc->flushes, __ATOMIC_RELAXED);
-    out->gc_runs += __atomic_load_n(&tc->gc_runs, __ATOMIC_RELAXED);
+    /* Other threads' fields are read without their owner's cooperation: each value is one that
+     * was true at some moment, and the sum is a snapshot good to within a batch per list. */
+    tcache_thread_stats_t one = {0};
+    one.refills = __atomic_load_n(&tc->refills, __ATOMIC_RELAXED);
+    one.flushes = __atomic_load_n(&tc->flushes, __ATOMIC_RELAXED);
+    one.gc_runs = __atomic_load_n(&tc->gc_runs, __ATOMIC_RELAXED);
+    one.max_size = tcache_max_size(tc);
+    one.capacity = __atomic_load_n(&tc->capacity, __ATOMIC_RELAXED);
     for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
-      size_t b = (size_t)__atomic_load_n(&tc->lists[cls].length, __ATOMIC_RELAXED) * sizeclass_size[cls];
-      out->bytes += b;
-      if (bytes_per_class) bytes_per_class[cls] += b;
+      size_t n = __atomic_load_n(&tc->lists[cls].length, __ATOMIC_RELAXED);
+      one.bytes += n * sizeclass_size[cls];
+      if (objects_per_class) objects_per_class[cls] += n;
     }
+    if (out->threads < max_threads) threads[out->threads] = one;
+    out->threads++;
+    out->bytes += one.bytes;
+    out->refills += one.refills;
+    out->flushes += one.flushes;
+    out->gc_runs += one.gc_runs;
   }
   pthread_mutex_unlock(&tcache_registry.lock);
 }

@@ -79,13 +79,13 @@ int main(void) {
 
   /* Exit hands the cache back: the thread held objects, none stay with it. */
   tcache_totals_t totals_before, totals_after;
-  tcache_totals(&totals_before, NULL);
+  tcache_totals(&totals_before, NULL, NULL, 0);
   size_t held_at_exit = 0;
   pthread_t t;
   pthread_create(&t, NULL, exit_with_cache, &held_at_exit);
   pthread_join(t, NULL);
   CHECK(held_at_exit > 0);
-  tcache_totals(&totals_after, NULL);
+  tcache_totals(&totals_after, NULL, NULL, 0);
   CHECK_EQ(totals_after.threads, totals_before.threads);
   CHECK_EQ(totals_after.bytes, totals_before.bytes);
 
