@@ -46,8 +46,8 @@
     "large blocks at least this big are returned to the OS as soon as freed (0: every one)")       \
   X(MIN_ALIGN, min_align, POW2, QM_MIN_ALIGN_DEFAULT, 8, 16,                                       \
     "alignment of the smallest objects; 8 adds an 8-byte class")                                   \
-  X(CHECK, check, COUNT, 1, 0, 2,                                                                  \
-    "0: no checks; 1: cheap checks on free; 2: also interior-pointer and full double-free checks") \
+  X(CHECK, check, COUNT, 1, 1, 2,                                                                  \
+    "1: foreign, interior and repeated frees stop the program; 2: also verify free_sized sizes")   \
   X(VERBOSE, verbose, BOOL, 0, 0, 1, "print the effective options to stderr at start")             \
   X(STATS, stats, COUNT, 0, 0, 2, "print statistics to stderr at exit: 1 text, 2 JSON")
 

@@ -195,7 +195,7 @@ static void test_good_values(void) {
   expect_accepted("transfer_batch", "1", 1);
   expect_accepted("transfer_batch", "1024", 1024);
   expect_accepted("transfer_batch", "007", 7);
-  expect_accepted("check", "0", 0);
+  expect_accepted("check", "1", 1);
   expect_accepted("check", "2", 2);
   expect_accepted("stats", "2", 2);
   expect_accepted("min_align", "8", 8);
@@ -257,6 +257,7 @@ static void test_bad_values(void) {
   for (size_t i = 0; i < sizeof bad_count / sizeof bad_count[0]; i++)
     expect_rejected("transfer_batch", bad_count[i]);
   expect_rejected("check", "3");
+  expect_rejected("check", "0");
   expect_rejected("stats", "3");
 
   static const char *const bad_bool[] = {"", "2", "yess", "y", "tru", "-1", "onn", "1.0"};
