@@ -123,24 +123,27 @@ class Preset:
 
 
 def _quick():
-    sizes_fs = [3, 8, 13, 24, 32, 40, 52, 64, 96, 128]
+    # Sized so that every run lasts tens to hundreds of milliseconds (long enough for threads
+    # past the CPU count to be time-sliced, as in the paper) and the whole preset takes about
+    # 2-3 minutes on 2 cores with 5 allocators.
+    sizes_fs = [3, 8, 13, 16, 24, 32, 40, 48, 52, 56, 64, 80, 96, 112, 128]
     return Preset("quick", "every benchmark, small parameters: a few minutes on 2 cores with 5 allocators", 3, {
         "malloc-test":
-            _points(threads=[1, 2], size=512, iterations=5_000_000)
-            + _points(processes=2, size=512, iterations=5_000_000)
-            + _points(threads=[1, 2, 3, 4, 8, 16, 32, 48], size=8192, iterations=300_000),
+            _points(threads=[1, 2], size=512, iterations=10_000_000)
+            + _points(processes=2, size=512, iterations=10_000_000)
+            + _points(threads=[1, 2, 3, 4, 6, 8, 12, 16, 24], size=8192, iterations=2_000_000),
         "heap-leak":
             _points(threads=1, objects=1, rounds=1)
-            + _points(threads=[1, 3, 7], objects=10_000, rounds=[1, 2, 4, 8, 16]),
-        "false-sharing": _points(threads=_writer_threads([2]), size=sizes_fs, writes=5_000_000),
+            + _points(threads=[1, 3, 7], objects=10_000, rounds=[1, 2, 4, 8, 16, 32]),
+        "false-sharing": _points(threads=_writer_threads([2]), size=sizes_fs, writes=25_000_000),
         "t-test1":
-            _points(threads=[1, 2, 4], **{"max-size": [64, 512, 4096]}, iterations=300_000)
-            + _points(threads=[1, 2, 4], **{"max-size": [32768, 131072]}, iterations=60_000),
-        "mallbench": _points(threads=10, iterations=100_000),
+            _points(threads=[1, 2, 4], **{"max-size": [64, 512, 4096]}, iterations=1_000_000)
+            + _points(threads=[1, 2, 4], **{"max-size": [16384, 32768, 131072]}, iterations=200_000),
+        "mallbench": _points(threads=10, iterations=1_000_000),
         "prodcons":
-            _points(pairs=[1, 2, 4], iterations=200_000)
-            + _points(producers=1, consumers=3, iterations=200_000)
-            + _points(producers=3, consumers=1, iterations=200_000),
+            _points(pairs=[1, 2, 4], iterations=1_000_000)
+            + _points(producers=1, consumers=3, iterations=1_000_000)
+            + _points(producers=3, consumers=1, iterations=1_000_000),
     })
 
 
@@ -171,7 +174,7 @@ def _paper():
 def _smoke():
     """Tiny parameters for the driver's own tests: every benchmark, well under a second each."""
     return Preset("smoke", "tiny parameters, for mtbench's tests", 1, {
-        "malloc-test": _points(threads=[1, 2], size=512, iterations=2000) + _points(processes=2, size=512, iterations=2000),
+        "malloc-test": _points(threads=[1, 2, 3], size=512, iterations=2000) + _points(processes=2, size=512, iterations=2000),
         "heap-leak": _points(threads=1, objects=1, rounds=1) + _points(threads=[1, 2], objects=100, rounds=[1, 2]),
         "false-sharing": _points(threads=1, size=[8, 64], writes=1000),
         "t-test1": _points(threads=[1, 2], **{"max-size": [64, 4096]}, iterations=2000),

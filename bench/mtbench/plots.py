@@ -32,8 +32,21 @@ def _series(data, points, alloc, metric, x_key):
     return xs, ys, [lo, hi]
 
 
+def _shared_legend(fig, axes):
+    """One legend under all panels instead of one per panel over the data."""
+    handles, labels = [], []
+    for ax in axes:
+        for h, l in zip(*ax.get_legend_handles_labels()):
+            if l not in labels:
+                handles.append(h)
+                labels.append(l)
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.06 + 0.035 * ((len(labels) - 1) // 5), 1, 1))
+
+
 def _save(fig, directory, name):
-    fig.tight_layout()
+    if not fig.legends:
+        fig.tight_layout()
     fig.savefig(os.path.join(directory, name), dpi=110)
     plt.close(fig)
     return name
@@ -62,13 +75,13 @@ def malloc_test(directory, data, ncpu):
         one = data.cell(points[0], a, WORKER).median
         if one:
             ideal_x = [p["threads"] for p in points]
-            ax.plot(ideal_x, [one * max(1.0, t / ncpu) for t in ideal_x], linestyle="--", color=_color(i), alpha=0.6,
-                    label=f"{a} ideal m·max(1, t/{ncpu})")
+            ax.plot(ideal_x, [one * max(1.0, t / ncpu) for t in ideal_x], linestyle="--", color=_color(i), alpha=0.6)
     ax.axvline(ncpu, color="grey", linestyle=":", label=f"{ncpu} CPUs")
     ax.set_xlabel("threads")
     ax.set_ylabel("per-thread time, s (null loop subtracted)")
-    ax.set_title(f"malloc-test: thread scaling, {size}-byte requests")
-    ax.legend(fontsize=7)
+    ax.set_title(f"malloc-test: thread scaling, {size}-byte requests\n"
+                 f"dashed: the paper's ideal m·max(1, t/{ncpu}), m = the allocator's 1-thread time", fontsize=10)
+    ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return [_save(fig, directory, "malloc-test-scaling.png")]
 
@@ -88,13 +101,12 @@ def heap_leak(directory, data):
                 ax.errorbar(xs, ys, yerr=err, marker="o", color=_color(i), label=a, capsize=3)
             if preds[a]:
                 rs = [p["rounds"] for p in pts]
-                ax.plot(rs, [preds[a](t, r) for r in rs], linestyle="--", color=_color(i), alpha=0.6,
-                        label=f"{a} predictor")
-        ax.set_title(f"heap-leak: {t} thread{'s' if t > 1 else ''}")
+                ax.plot(rs, [preds[a](t, r) for r in rs], linestyle="--", color=_color(i), alpha=0.6)
+        ax.set_title(f"heap-leak: {t} thread{'s' if t > 1 else ''} (dashed: predictor)")
         ax.set_xlabel("rounds")
         ax.set_ylabel("minor page faults")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
+    _shared_legend(fig, axes)
     return [_save(fig, directory, "heap-leak-faults.png")]
 
 
@@ -113,7 +125,7 @@ def false_sharing(directory, data):
         ax.set_xlabel("object size, bytes")
         ax.set_ylabel("time / time with line-aligned objects")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+    _shared_legend(fig, axes)
     return [_save(fig, directory, "false-sharing-slowdown.png")]
 
 
@@ -134,33 +146,35 @@ def t_test1(directory, data):
         ax.set_ylabel("million operations / s")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+    _shared_legend(fig, axes)
     return [_save(fig, directory, "t-test1-ops.png")]
 
 
 def bars(directory, data):
     """Grouped bars: one group per point, one bar per allocator, one panel per metric."""
     metrics = data.bench.metrics
-    fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4.6), squeeze=False)
     n = len(data.allocators)
     width = 0.8 / max(n, 1)
     for ax, metric in zip(axes[0], metrics):
+        top = max([data.cell(p, a, metric).hi or 0 for p in data.points for a in data.allocators] + [0])
+        scale, unit = (1e6, " (millions)") if top >= 1e6 else (1.0, "")
         for i, a in enumerate(data.allocators):
             xs, ys, errs = [], [], [[], []]
             for j, p in enumerate(data.points):
                 c = data.cell(p, a, metric)
                 if c.ok:
                     xs.append(j + (i - (n - 1) / 2) * width)
-                    ys.append(c.median)
-                    errs[0].append(c.median - c.lo)
-                    errs[1].append(c.hi - c.median)
+                    ys.append(c.median / scale)
+                    errs[0].append((c.median - c.lo) / scale)
+                    errs[1].append((c.hi - c.median) / scale)
             ax.bar(xs, ys, width, yerr=errs, color=_color(i), label=a, capsize=2)
         ax.set_xticks(range(len(data.points)))
         ax.set_xticklabels([data.label(p).replace(" ", "\n") for p in data.points], fontsize=7)
-        ax.set_ylabel(metric.label)
+        ax.set_ylabel(metric.label + unit)
         ax.set_title(f"{data.bench.name}: {metric.label} ({metric.better} is better)", fontsize=9)
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=7)
+    _shared_legend(fig, list(axes[0]))
     return [_save(fig, directory, f"{data.bench.name}-bars.png")]
 
 

@@ -218,7 +218,7 @@ def _machine_lines(meta):
     m = meta.get("machine", {})
     lines = ["| | |", "|---|---|"]
     for key, label in (("cpu_model", "CPU"), ("cpus_usable", "CPUs usable"), ("mem_total_kb", "memory (KiB)"),
-                       ("kernel", "kernel"), ("glibc", "glibc"), ("python", "python"), ("repo_commit", "commit")):
+                       ("kernel", "kernel"), ("glibc", "C library"), ("python", "python"), ("repo_commit", "commit")):
         lines.append(f"| {label} | {m.get(key, '-')} |")
     return "\n".join(lines)
 

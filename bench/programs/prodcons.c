@@ -5,7 +5,8 @@
  * --consumers). Objects travel over one single-producer/single-consumer ring per (producer,
  * consumer) edge, so the transport itself takes no lock and allocates nothing: what contends is
  * the allocator. Each producer deals its objects round-robin over its rings; a full ring is
- * skipped, and a thread with nothing to do yields. Live objects are bounded by the rings'
+ * skipped, and a thread with nothing to do yields, then naps (so that with more threads than
+ * CPUs the waiting ones hand their CPU to the ones that can work). Live objects are bounded by the rings'
  * capacity, so RSS measures the allocator's overhead, not the workload's growth. */
 #define _GNU_SOURCE
 #include "bench_common.h"
@@ -40,6 +41,12 @@ static pthread_barrier_t start_line;
 
 static ring_t *ring_of(uint64_t p, uint64_t c) { return &rings[p * opt_consumers + c]; }
 
+/* Called each time a thread finds nothing to do; `idle` counts such calls in a row. */
+static void back_off(uint64_t idle) {
+  if (idle < 64) sched_yield();
+  else sleep_s(50e-6);
+}
+
 static void *producer_main(void *arg) {
   worker_t *w = arg;
   rng_t rng;
@@ -61,7 +68,7 @@ static void *producer_main(void *arg) {
         atomic_store_explicit(&r->tail, tail + 1, memory_order_release);
         break;
       }
-      if (tries % opt_consumers == opt_consumers - 1) sched_yield(); /* every ring full */
+      if (tries % opt_consumers == opt_consumers - 1) back_off(tries / opt_consumers); /* every ring full */
     }
   }
   w->count = opt_iterations;
@@ -74,7 +81,7 @@ static void *consumer_main(void *arg) {
   worker_t *w = arg;
   pthread_barrier_wait(&start_line);
   w->start = now_s();
-  for (;;) {
+  for (uint64_t idle = 0;;) {
     bool got = false;
     /* Read "producers done" before draining: if it was 0 and the rings are then empty, nothing
      * can arrive any more. */
@@ -92,9 +99,11 @@ static void *consumer_main(void *arg) {
       }
       atomic_store_explicit(&r->head, head, memory_order_release);
     }
-    if (!got) {
+    if (got) {
+      idle = 0;
+    } else {
       if (all_done) break;
-      sched_yield();
+      back_off(idle++);
     }
   }
   w->end = now_s();
