@@ -86,6 +86,8 @@ class BenchData:
 
     def ratio_to_best(self, params, alloc, metric):
         """How many times worse than the best allocator at this point (1.0 = the best)."""
+        if not metric.ratios:
+            return None
         m = self.cell(params, alloc, metric).median
         best = self.best(params, metric)
         if m is None or best is None:

@@ -17,6 +17,7 @@ class Metric:
     label: str
     better: str           # "higher" or "lower"
     fmt: str = "{:.3g}"
+    ratios: bool = True   # False for signed figures (a trend), where "times the best" means nothing
 
     def value(self, run):
         """This metric's figure in one stored run record, or None."""
@@ -88,6 +89,33 @@ BENCHMARKS = {b.name: b for b in [
         "allocator on multicore when producers allocate and consumers free.",
         (Metric("ops_per_s", "malloc+free/s", "higher"), PEAK_RSS),
         ("producers", "consumers")),
+    # The memory scenarios (preset "memory"): what stays resident, not how fast.
+    Benchmark(
+        "two-phase", "Memory: two phases in two threads (300 MB, then 300 MB again)",
+        "Ghemawat & Menage, TCMalloc, 'Motivation' (ptmalloc2's per-arena blow-up)",
+        "TCMalloc's paper reports that ptmalloc2 can serve the second phase from a fresh arena and add "
+        "another 300 MB; an allocator that moves free memory between threads peaks near 300 MB, and one "
+        "that returns memory to the system drops after the free, the pause or malloc_trim.",
+        (PEAK_RSS, Metric("rss_after_b_kb", "RSS after phase B freed (KiB)", "lower", "{:.0f}"),
+         Metric("rss_after_sleep_kb", "RSS after the pause + one malloc/free (KiB)", "lower", "{:.0f}"),
+         Metric("rss_after_trim_kb", "RSS after malloc_trim(0) (KiB)", "lower", "{:.0f}")),
+        ("megabytes", "sleep")),
+    Benchmark(
+        "thread-churn", "Memory: thread churn (threads created and exited in sequence)",
+        "seed 002 (thread caches returned at thread exit); DESIGN.md",
+        "At most one thread's data is live at a time, so RSS at the end should be close to RSS after the "
+        "first thread; growth means per-thread caches or arenas outlive their threads.",
+        (Metric("rss_end_kb", "RSS at the end (KiB)", "lower", "{:.0f}"),
+         Metric("rss_growth_kb", "RSS growth after the first thread (KiB)", "lower", "{:.0f}", ratios=False),
+         Metric("threads_per_s", "threads/s", "higher")),
+        ("threads", "kilobytes")),
+    Benchmark(
+        "steady-state", "Memory: producer/consumer at a fixed live set",
+        "Gorine & Knizhnik (cross-thread frees); Lever & Boreham section 4.2 (no unbounded growth)",
+        "With a constant live set, RSS should level off: a trend near 0 KiB/s once warmed up.",
+        (PEAK_RSS, Metric("rss_slope_kb_per_s", "RSS trend, second half (KiB/s)", "lower", "{:.1f}", ratios=False),
+         Metric("objects_per_s", "objects/s", "higher")),
+        ("pairs", "live")),
 ]}
 
 
@@ -171,6 +199,15 @@ def _paper():
     })
 
 
+def _memory():
+    """The memory scenarios only (not part of quick): a couple of minutes with 5 allocators."""
+    return Preset("memory", "memory scenarios: two phases, thread churn, steady state", 2, {
+        "two-phase": _points(megabytes=300, sleep=1.0),
+        "thread-churn": _points(threads=10_000, kilobytes=1024),
+        "steady-state": _points(pairs=2, live=100_000, duration=5.0),
+    })
+
+
 def _smoke():
     """Tiny parameters for the driver's own tests: every benchmark, well under a second each."""
     return Preset("smoke", "tiny parameters, for mtbench's tests", 1, {
@@ -180,10 +217,13 @@ def _smoke():
         "t-test1": _points(threads=[1, 2], **{"max-size": [64, 4096]}, iterations=2000),
         "mallbench": _points(threads=2, iterations=2000),
         "prodcons": _points(pairs=1, iterations=2000) + _points(producers=2, consumers=1, iterations=2000),
+        "two-phase": _points(megabytes=4, sleep=0),
+        "thread-churn": _points(threads=20, kilobytes=64),
+        "steady-state": _points(pairs=1, live=1000, duration=0.2, sample=0.02),
     })
 
 
-PRESETS = {"quick": _quick, "paper": _paper, "smoke": _smoke}
+PRESETS = {"quick": _quick, "paper": _paper, "memory": _memory, "smoke": _smoke}
 
 
 def preset(name):

@@ -37,7 +37,7 @@ def _cell_text(data, params, alloc, metric):
         return "-"
     ratio = data.ratio_to_best(params, alloc, metric)
     med = fmt_value(cell.median, metric)
-    if ratio is not None and abs(ratio - 1.0) < 1e-12:
+    if ratio is not None and math.isfinite(ratio) and abs(ratio - 1.0) < 1e-12:
         med = f"**{med}**"
     spread = f" ({fmt_value(cell.lo, metric)}–{fmt_value(cell.hi, metric)})" if len(cell.values) > 1 else ""
     fail = f" +{len(cell.failures)} failed" if cell.failures else ""
@@ -58,7 +58,7 @@ def summary_rows(groups):
     rows = []
     for data in groups.values():
         for metric in data.bench.metrics:
-            if metric.key in ("shared_objects",):
+            if metric.key in ("shared_objects",) or not metric.ratios:
                 continue
             texts = {}
             for a in data.allocators:

@@ -14,7 +14,8 @@ from mtbench import benchmarks
 from mtbench.report import fmt_value
 
 PLOTS = ["malloc-test-scaling.png", "heap-leak-faults.png", "false-sharing-slowdown.png", "t-test1-ops.png",
-         "mallbench-bars.png", "prodcons-bars.png"]
+         "mallbench-bars.png", "prodcons-bars.png", "two-phase-bars.png", "thread-churn-bars.png",
+         "steady-state-bars.png"]
 
 
 class ReportFromFixtureTest(unittest.TestCase):
