@@ -1,17 +1,21 @@
 """Which allocators a run uses and how each is loaded: 'system' (no preload), 'qmalloc' (this
 repository's build/libqmalloc.so, skipped with a note until it is built), the peers Debian
 packages (found through ldconfig's cache, then the usual library folders), and any
-name=/path/lib.so given by the user. Every preloaded library is proven loadable before a run
+name=/path/lib.so given by the user. Runs of the repository's qmalloc (and only those: not a
+user's .so, even another qmalloc build) also get QMALLOC_STATS=2, so qmalloc prints its own
+statistics at exit for the report (qmstats.py). Every preloaded library is proven loadable before a run
 starts, by preloading it into a trivial program and finding it in that program's memory map:
 LD_PRELOAD of a bad path only prints a warning and runs the program on the system allocator,
 which would silently mislabel every figure."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 import glob
 import hashlib
 import os
 import re
 import subprocess
+
+from . import qmstats
 
 # name -> library file names, most preferred first
 PEERS = {
@@ -33,17 +37,19 @@ class Allocator:
     path: str = None      # None: the system allocator, no preload
     version: str = ""
     origin: str = ""      # "system", "this repository", "installed", "command line"
+    extra_env: dict = field(default_factory=dict)   # set in the child's environment besides LD_PRELOAD
 
     def env(self, base=None):
         env = dict(os.environ if base is None else base)
         env.pop("LD_PRELOAD", None)
         if self.path:
             env["LD_PRELOAD"] = self.path
+        env.update(self.extra_env)
         return env
 
     def to_json(self):
         return {"name": self.name, "path": self.path, "realpath": os.path.realpath(self.path) if self.path else None,
-                "version": self.version, "origin": self.origin}
+                "version": self.version, "origin": self.origin, "env": dict(self.extra_env)}
 
 
 def glibc_version():
@@ -178,7 +184,8 @@ def resolve(names, extra_specs, repo_root, build_dir=None):
         elif name == "qmalloc":
             path = qmalloc_path(repo_root, build_dir)
             if os.path.exists(path):
-                result.append(Allocator("qmalloc", path, git_version(repo_root), "this repository"))
+                result.append(Allocator("qmalloc", path, git_version(repo_root), "this repository",
+                                        dict(qmstats.STATS_ENV)))
             else:
                 notes.append(f"qmalloc skipped: {path} does not exist (build it with `make`)")
         elif name in PEERS:

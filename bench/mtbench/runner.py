@@ -1,7 +1,8 @@
 """Executes a plan: every benchmark x parameter point x allocator, R times, interleaved so that
 machine drift (thermal, background load) hits every allocator alike. Each run is one child
 process reaped with os.wait4, whose rusage gives CPU time, minor faults and peak RSS; the
-program's own figures come from its RESULT line. A run that crashes, fails or hangs is recorded
+program's own figures come from its RESULT line, and under the repository's qmalloc, qmalloc's
+statistics from its stderr (qmstats.py). A run that crashes, fails or hangs is recorded
 as such and the plan goes on. Ctrl-C stops the current child and returns what finished."""
 
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ import tempfile
 import threading
 import time
 
-from . import resultline, store
+from . import qmstats, resultline, store
 from .benchmarks import argv_for
 
 
@@ -41,6 +42,11 @@ def plan(preset, benches, allocators, repeat):
     return jobs
 
 
+# How much of the end of stderr is searched for qmalloc's statistics line (a few KiB, printed
+# last); the stored tail is shorter.
+STDERR_SCAN = 256 * 1024
+
+
 def _tail(path, limit=2000):
     with open(path, "rb") as f:
         f.seek(0, os.SEEK_END)
@@ -54,7 +60,8 @@ def run_one(job, bin_dir, timeout_s):
     exe = os.path.join(bin_dir, job.bench.name)
     argv = [exe] + argv_for(job.params)
     record = {"bench": job.bench.name, "allocator": job.allocator.name, "params": job.params, "rep": job.rep,
-              "argv": argv, "ld_preload": job.allocator.path}
+              "argv": argv, "ld_preload": job.allocator.path, "env": dict(job.allocator.extra_env)}
+    wants_stats = qmstats.requested(job.allocator.extra_env)
     with tempfile.TemporaryFile("w+b") as out, tempfile.NamedTemporaryFile("w+b") as err:
         start = time.monotonic()
         # A session of its own, so a timeout or Ctrl-C can kill the child and anything it forked.
@@ -84,7 +91,11 @@ def run_one(job, bin_dir, timeout_s):
         proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
         out.seek(0)
         stdout = out.read().decode("utf-8", "replace")
-        stderr = _tail(err.name)
+        stderr = _tail(err.name, STDERR_SCAN)
+    if wants_stats:
+        # The statistics line is stored parsed, and left out of the tail so the program's own last
+        # words still end the tail and make the failure detail.
+        stats, stderr = qmstats.extract(stderr)
     record.update({
         "wall_s": round(wall, 6),
         "rusage": {"user_s": ru.ru_utime, "sys_s": ru.ru_stime, "minflt": ru.ru_minflt, "majflt": ru.ru_majflt,
@@ -106,6 +117,8 @@ def run_one(job, bin_dir, timeout_s):
             record.update(status="ok", detail="")
         except resultline.ResultLineError as e:
             record.update(status="no-result", detail=str(e))
+    if wants_stats:
+        record["qmalloc_stats"] = stats   # last: the biggest field of the record
     return record
 
 

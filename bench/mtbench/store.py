@@ -5,10 +5,13 @@
                of the driver loses nothing that finished)
   report.md, *.png, summary.txt   derived: rebuilt from the two files above by `mtbench report DIR`
 
-A run record: bench, allocator, params, rep, argv, status ("ok", "crashed", "failed",
-"timeout", "no-result"), detail, wall_s, rusage {user_s, sys_s, minflt, majflt, maxrss_kb (polluted: Linux keeps the
-               pre-exec high-water mark, so peak RSS comes from the RESULT line),
-nvcsw, nivcsw}, result (the parsed RESULT line) and stderr_tail."""
+A run record: bench, allocator, params, rep, argv, ld_preload, env (variables set for the child
+besides LD_PRELOAD: QMALLOC_STATS=2 for the repository's qmalloc, else none; absent before
+mtbench stored it), status ("ok", "crashed", "failed", "timeout", "no-result"), detail, wall_s,
+rusage {user_s, sys_s, minflt, majflt, maxrss_kb (polluted: Linux keeps the pre-exec high-water
+mark, so peak RSS comes from the RESULT line), nvcsw, nivcsw}, result (the parsed RESULT line),
+stderr_tail (without qmalloc's statistics line) and, for qmalloc runs only, qmalloc_stats (the
+parsed statistics object qmalloc printed at exit, or null if it printed none)."""
 
 import json
 import os
