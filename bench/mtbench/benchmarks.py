@@ -27,6 +27,25 @@ class Metric:
 
 
 @dataclass(frozen=True)
+class OpCount:
+    """How many operations a run did, from its RESULT line: the denominator of qmalloc's
+    refills per 1000 operations in the report."""
+    text: str             # the RESULT fields used and what one operation is (printed under the table)
+    fields: tuple         # the RESULT fields the count is computed from
+    formula: object       # result dict -> count; only called when every field is numeric
+    only_if: tuple = ()   # (field, value) pairs the RESULT line must have for the count to apply
+
+    def count(self, result):
+        """The operation count of one RESULT line, or None where it does not apply."""
+        result = result or {}
+        if any(result.get(k) != v for k, v in self.only_if):
+            return None
+        if not all(isinstance(result.get(k), (int, float)) for k in self.fields):
+            return None
+        return self.formula(result)
+
+
+@dataclass(frozen=True)
 class Benchmark:
     name: str             # the program's file name in build/bench, and the bench= of its RESULT line
     title: str
@@ -35,6 +54,7 @@ class Benchmark:
     metrics: tuple        # first one is the headline used in the summary
     point_keys: tuple     # parameters that tell points apart in tables (CLI option names)
     timeout_s: float = 600.0
+    ops: OpCount = None   # None: the program reports no operation count
 
 
 # The program's own VmHWM: wait4's ru_maxrss would include the driver's RSS (see bench_common.c).
@@ -49,14 +69,20 @@ BENCHMARKS = {b.name: b for b in [
         "slope m/n (m: one thread's time, n: CPUs).",
         (Metric("worker_mean_s", "per-worker time (s, null loop subtracted)", "lower"),
          Metric("pairs_per_s", "malloc+free pairs/s (all workers)", "higher")),
-        ("processes", "threads", "size", "iterations")),
+        ("processes", "threads", "size", "iterations"),
+        ops=OpCount("workers × iterations (malloc+free pairs); threads mode only: in --processes mode the "
+                    "workers are forked processes that leave with _exit, so the statistics are the parent's alone",
+                    ("workers", "iterations"), lambda r: r["workers"] * r["iterations"], (("mode", "threads"),))),
     Benchmark(
         "heap-leak", "Benchmark 2: heap leakage under cross-thread replacement (after Larson)",
         "Lever & Boreham 2000, sections 4.2 and 5.2",
         "The paper's glibc stayed above but parallel to the lower-bound predictor mpf = a + b*t*r + c*t "
         "(fitted on single-thread runs): some leakage, but no unbounded growth as rounds increase.",
         (Metric("minflt", "minor page faults", "lower", "{:.0f}"), PEAK_RSS),
-        ("threads", "objects", "rounds")),
+        ("threads", "objects", "rounds"),
+        ops=OpCount("threads × (objects + rounds × replace): every malloc (the initial objects, then one per "
+                    "replacement)", ("threads", "objects", "rounds", "replace"),
+                    lambda r: r["threads"] * (r["objects"] + r["rounds"] * r["replace"]))),
     Benchmark(
         "false-sharing", "Benchmark 3: false cache-line sharing",
         "Lever & Boreham 2000, sections 4.3 and 5.3",
@@ -74,21 +100,25 @@ BENCHMARKS = {b.name: b for b in [
         "against ptmalloc2's 0.5-1 M.",
         (Metric("ops_per_s", "operations/s", "higher"),
          Metric("ops_per_cpu_s", "operations per CPU-second", "higher")),
-        ("threads", "max-size")),
+        ("threads", "max-size"),
+        ops=OpCount("ops (malloc, realloc and free calls, all threads)", ("ops",), lambda r: r["ops"])),
     Benchmark(
         "mallbench", "mallbench (HP case study)",
         "Honess, 'Configuring malloc for faster and smaller applications', case study",
         "The seed's tuning raised mallbench from 2.6 M to 5.1-6.1 M malloc ops/s by removing mutex "
         "contention with a thread-local cache, at a cost of about 35% more RSS.",
         (Metric("ops_per_s", "operations/s", "higher"), PEAK_RSS),
-        ("threads", "iterations")),
+        ("threads", "iterations"),
+        ops=OpCount("mallocs (malloc calls, all threads)", ("mallocs",), lambda r: r["mallocs"])),
     Benchmark(
         "prodcons", "producer/consumer",
         "Gorine & Knizhnik, 'Tackling memory allocation in multicore and multithreaded applications'",
         "The seed found a per-thread allocator with a pending-free list up to 10x faster than the system "
         "allocator on multicore when producers allocate and consumers free.",
         (Metric("ops_per_s", "malloc+free/s", "higher"), PEAK_RSS),
-        ("producers", "consumers")),
+        ("producers", "consumers"),
+        ops=OpCount("objects (each malloc'd by a producer and freed by a consumer)", ("objects",),
+                    lambda r: r["objects"])),
     # The memory scenarios (preset "memory"): what stays resident, not how fast.
     Benchmark(
         "two-phase", "Memory: two phases in two threads (300 MB, then 300 MB again)",

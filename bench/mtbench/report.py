@@ -1,12 +1,13 @@
 """Renders a stored result set as report.md (per benchmark: what the paper expected, then
-tables of median (min-max) and the ratio to the best allocator) and summary.txt (one score per
+tables of median (min-max) and the ratio to the best allocator, then for runs under this
+repository's qmalloc the "qmalloc internals" table from its own statistics) and summary.txt (one score per
 benchmark metric and allocator), and asks plots.py for the PNGs. Everything comes from
 meta.json + runs.jsonl, so `mtbench report DIR` redraws a finished or interrupted run."""
 
 import math
 import os
 
-from . import analysis, store
+from . import analysis, qmstats, store
 from .benchmarks import Metric
 
 SUMMARY_NOTE = ("score = geometric mean over the benchmark's parameter points of (best allocator's median / "
@@ -212,6 +213,73 @@ def false_sharing_sections(data):
             "hyperthreads of one core), not that the allocator avoided sharing: check the shared-objects table.\n")
 
 
+# ---- qmalloc's own statistics ---------------------------------------------------------------
+
+HIT_RATE_NOTE = ("Hit rate ≈ 1 − refills / mallocs is only an estimate: qmalloc does not count mallocs, so the "
+                 "program's operation count stands in for them, and one refill brings a whole batch of objects.")
+
+
+def fmt_bytes(n):
+    if n is None:
+        return "-"
+    for div, unit in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if abs(n) >= div:
+            v = n / div
+            return f"{v:.0f} {unit}" if abs(v) >= 100 else f"{v:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def _fmt_count(v):
+    if v is None:
+        return "-"
+    if abs(v) >= 1e4:
+        return fmt_value(v)
+    return f"{v:.0f}" if abs(v) >= 100 or v == int(v) else f"{v:.3g}"
+
+
+def qmalloc_internals_section(data):
+    """The "qmalloc internals" table of one benchmark (one per allocator that stored statistics),
+    or a line saying why there is none for qmalloc runs, or "" for a benchmark without any."""
+    out = []
+    ops = data.bench.ops
+    for alloc in qmstats.allocators_with_stats(data):
+        rows = qmstats.internals(data, alloc)
+        name = "" if alloc == "qmalloc" else f" ({alloc})"
+        out.append(f"**qmalloc internals{name}**: qmalloc's own statistics, printed at exit (QMALLOC_STATS=2); "
+                   "median over the repetitions of each point, each column on its own.\n")
+        first = "refills / 1k ops" if ops else "refills"
+        out.append(f"| {' '.join(data.varying_keys())} | {first} | thread caches | transfer caches | in use | "
+                   "GC runs | released |\n|---|---|---|---|---|---|---|")
+        for p, st in rows:
+            refills = _fmt_count(st.refills_per_1k) if ops else _fmt_count(st.refills)
+            out.append(f"| {data.label(p)} | {refills} | {fmt_bytes(st.thread_caches)} | "
+                       f"{fmt_bytes(st.transfer_caches)} | {fmt_bytes(st.in_use)} | {_fmt_count(st.gc_runs)} | "
+                       f"{fmt_bytes(st.released_bytes_total)} |")
+        out.append("")
+        if ops:
+            out.append(f"- refills / 1k ops: thread-cache misses (a malloc that found its thread's list empty and "
+                       f"went to the central lists) per 1000 operations, ops = {ops.text}.")
+            out.append(f"- {HIT_RATE_NOTE}")
+        else:
+            out.append("- refills: thread-cache misses (a malloc that found its thread's list empty and went to "
+                       "the central lists) over the whole run; this program reports no operation count.")
+        out.append("- thread caches, transfer caches: bytes free but held in the threads' caches and in the "
+                   "central transfer caches at exit.")
+        out.append("- in use: bytes the program still had allocated at exit (after its own frees).")
+        out.append("- GC runs: thread-cache garbage collections (idle lists shrunk) over the run.")
+        out.append("- released: bytes of free spans returned to the OS over the run (released_bytes_total).")
+        out.append("")
+    if not out:
+        q_runs = [r for r in data.runs if r["allocator"] == "qmalloc" and r["status"] == "ok"]
+        if q_runs and all("qmalloc_stats" not in r for r in q_runs):
+            out.append("qmalloc internals: not stored for these runs (recorded before mtbench asked qmalloc for "
+                       "its statistics).\n")
+        elif any("qmalloc_stats" in r for r in q_runs):
+            out.append("qmalloc internals: qmalloc printed no statistics line in these runs (see their "
+                       "stderr_tail in runs.jsonl).\n")
+    return "\n".join(out)
+
+
 # ---- the whole report -----------------------------------------------------------------------
 
 def _machine_lines(meta):
@@ -281,6 +349,9 @@ def render(directory, make_plots=True):
             md.append(f"**{metric.label}** ({metric.better} is better)\n")
             md.append(metric_table(data, metric))
             md.append("")
+        internals = qmalloc_internals_section(data)
+        if internals:
+            md.append(internals)
         fails = [(a, f) for a in data.allocators for f in data.failures(a)]
         if fails:
             md.append("Runs that did not succeed:\n")
