@@ -1,4 +1,4 @@
-"""Shared helpers of mtbench's tests: where the repository, the build and the fixture are, and
+"""Shared helpers of mtbench's tests: where the repository, the build and the fixtures are, and
 how to run the driver as a user would (a child process, `python -m mtbench`)."""
 
 import os
@@ -9,7 +9,9 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.dirname(TESTS)
 REPO = os.path.dirname(BENCH)
 BUILD = os.path.abspath(os.environ.get("MTBENCH_BUILD_DIR") or os.path.join(REPO, "build"))
-FIXTURE = os.path.join(TESTS, "fixture")
+FIXTURE = os.path.join(TESTS, "fixture")                  # before qmalloc statistics were stored
+FIXTURE_QMALLOC = os.path.join(TESTS, "fixture-qmalloc")  # system and qmalloc, with qmalloc_stats
+QMALLOC_SO = os.path.join(BUILD, "libqmalloc.so")
 CRASH_ALLOC = os.path.join(BUILD, "bench", "libmtbench_crash_alloc.so")
 
 if BENCH not in sys.path:
