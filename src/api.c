@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "log.h"
 #include "qmalloc.h"
 
 bool api_verify_sizes; /* check=2: sized frees verify the size against the page map */
@@ -284,6 +285,19 @@ QM_EXPORT size_t qm_malloc_usable_size(void *ptr) {
   return block_usable(block_of(ptr, "malloc_usable_size()"));
 }
 
+/* check=2: the size (and alignment) given to a sized free must fit the block and name its class;
+ * otherwise the program stops: a wrong size would put the object on another class's list. */
+static QM_NOINLINE void free_sized_slow(void *ptr, size_t size, size_t alignment) {
+  if (ptr == NULL) return;
+  if (api_verify_sizes) {
+    block_t b = block_of(ptr, "free_sized()");
+    unsigned expected = size > SMALL_MAX ? 0 : alignment > 16 ? sizeclass_for_aligned(size, alignment) : sizeclass_of(size);
+    if (size > block_usable(b) || (b.cls != 0 && expected != b.cls))
+      log_fatal("free_sized(): size %zu does not match the block %p", size, ptr);
+  }
+  free_fast(ptr);
+}
+
 /* free_sized and sized delete: the size names the class, so the page map is not read (unless
  * check=2, which verifies it). Sizes above SMALL_MAX go the ordinary way. */
 QM_EXPORT void qm_free_sized(void *ptr, size_t size) {
@@ -291,7 +305,7 @@ QM_EXPORT void qm_free_sized(void *ptr, size_t size) {
     free_push(ptr, sizeclass_of(size));
     return;
   }
-  free_fast(ptr);
+  free_sized_slow(ptr, size, 0);
 }
 
 QM_EXPORT void qm_free_aligned_sized(void *ptr, size_t alignment, size_t size) {
@@ -301,7 +315,7 @@ QM_EXPORT void qm_free_aligned_sized(void *ptr, size_t alignment, size_t size) {
   }
   unsigned cls = sizeclass_for_aligned(size, alignment);
   if (cls != 0 && ptr != NULL && !api_verify_sizes) free_push(ptr, cls);
-  else free_fast(ptr);
+  else free_sized_slow(ptr, size, alignment);
 }
 
 QM_EXPORT int qm_trim(size_t pad) {
