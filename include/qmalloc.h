@@ -12,7 +12,7 @@
 extern "C" {
 #endif
 
-#define QM_VERSION_STRING "0.1.0"
+#define QM_VERSION "0.1.0"
 
 /* The allocation family: glibc semantics wherever the C standard leaves room. */
 void *qm_malloc(size_t size);

@@ -1,0 +1,246 @@
+"""The benchmark registry and the presets: which program each benchmark runs, which of its
+figures are reported (and which way is better), what the paper expected, and the parameter
+points of each preset.
+
+Adding a benchmark = one C file in bench/programs (+ a line in its CMakeLists.txt), one
+Benchmark entry below, and its points in the presets that should run it. Nothing else in the
+driver names a benchmark, except plots.py, whose special plots are optional (a benchmark without
+one gets the generic bar chart)."""
+
+from dataclasses import dataclass, field
+import os
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str              # field of the RESULT line, or of the driver's rusage record ("rusage.minflt")
+    label: str
+    better: str           # "higher" or "lower"
+    fmt: str = "{:.3g}"
+    ratios: bool = True   # False for signed figures (a trend), where "times the best" means nothing
+
+    def value(self, run):
+        """This metric's figure in one stored run record, or None."""
+        if self.key.startswith("rusage."):
+            return (run.get("rusage") or {}).get(self.key[len("rusage."):])
+        return (run.get("result") or {}).get(self.key)
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str             # the program's file name in build/bench, and the bench= of its RESULT line
+    title: str
+    source: str           # where the paper describes it
+    expectation: str      # one sentence: what the paper found / expected
+    metrics: tuple        # first one is the headline used in the summary
+    point_keys: tuple     # parameters that tell points apart in tables (CLI option names)
+    timeout_s: float = 600.0
+
+
+# The program's own VmHWM: wait4's ru_maxrss would include the driver's RSS (see bench_common.c).
+PEAK_RSS = Metric("peak_rss_kb", "peak RSS (KiB)", "lower", "{:.0f}")
+
+BENCHMARKS = {b.name: b for b in [
+    Benchmark(
+        "malloc-test", "Benchmark 1: malloc-test (threads vs processes, thread scaling)",
+        "Lever & Boreham 2000, section 4.1; 1999 report, appendix B",
+        "The paper expects two threads sharing a heap to take about as long as two processes with a heap "
+        "each (glibc lost ~10%, Solaris ~9x), and per-thread time to grow linearly past the CPU count with "
+        "slope m/n (m: one thread's time, n: CPUs).",
+        (Metric("worker_mean_s", "per-worker time (s, null loop subtracted)", "lower"),
+         Metric("pairs_per_s", "malloc+free pairs/s (all workers)", "higher")),
+        ("processes", "threads", "size", "iterations")),
+    Benchmark(
+        "heap-leak", "Benchmark 2: heap leakage under cross-thread replacement (after Larson)",
+        "Lever & Boreham 2000, sections 4.2 and 5.2",
+        "The paper's glibc stayed above but parallel to the lower-bound predictor mpf = a + b*t*r + c*t "
+        "(fitted on single-thread runs): some leakage, but no unbounded growth as rounds increase.",
+        (Metric("minflt", "minor page faults", "lower", "{:.0f}"), PEAK_RSS),
+        ("threads", "objects", "rounds")),
+    Benchmark(
+        "false-sharing", "Benchmark 3: false cache-line sharing",
+        "Lever & Boreham 2000, sections 4.3 and 5.3",
+        "The paper saw objects from malloc that share a cache line run 2x slower with two threads and up "
+        "to 4x with four, against cache-line-aligned objects; an allocator that keeps threads' objects "
+        "apart should show a slowdown near 1.",
+        (Metric("slowdown", "slowdown vs line-aligned objects", "lower", "{:.2f}"),
+         Metric("shared_objects", "objects sharing a line", "lower", "{:.0f}")),
+        ("threads", "size")),
+    Benchmark(
+        "t-test1", "t-test1 (ptmalloc's test as run in the TCMalloc paper)",
+        "Ghemawat & Menage, TCMalloc, 'Performance Notes'",
+        "TCMalloc reported ~7-9 M ops/s for small sizes with any thread count >1 against ptmalloc2's "
+        "~4 M with high variance, both dropping as the maximum size grows, and 2-2.5 M ops per CPU-second "
+        "against ptmalloc2's 0.5-1 M.",
+        (Metric("ops_per_s", "operations/s", "higher"),
+         Metric("ops_per_cpu_s", "operations per CPU-second", "higher")),
+        ("threads", "max-size")),
+    Benchmark(
+        "mallbench", "mallbench (HP case study)",
+        "Honess, 'Configuring malloc for faster and smaller applications', case study",
+        "The seed's tuning raised mallbench from 2.6 M to 5.1-6.1 M malloc ops/s by removing mutex "
+        "contention with a thread-local cache, at a cost of about 35% more RSS.",
+        (Metric("ops_per_s", "operations/s", "higher"), PEAK_RSS),
+        ("threads", "iterations")),
+    Benchmark(
+        "prodcons", "producer/consumer",
+        "Gorine & Knizhnik, 'Tackling memory allocation in multicore and multithreaded applications'",
+        "The seed found a per-thread allocator with a pending-free list up to 10x faster than the system "
+        "allocator on multicore when producers allocate and consumers free.",
+        (Metric("ops_per_s", "malloc+free/s", "higher"), PEAK_RSS),
+        ("producers", "consumers")),
+    # The memory scenarios (preset "memory"): what stays resident, not how fast.
+    Benchmark(
+        "two-phase", "Memory: two phases in two threads (300 MB, then 300 MB again)",
+        "Ghemawat & Menage, TCMalloc, 'Motivation' (ptmalloc2's per-arena blow-up)",
+        "TCMalloc's paper reports that ptmalloc2 can serve the second phase from a fresh arena and add "
+        "another 300 MB; an allocator that moves free memory between threads peaks near 300 MB, and one "
+        "that returns memory to the system drops after the free, the pause or malloc_trim.",
+        (PEAK_RSS, Metric("rss_after_b_kb", "RSS after phase B freed (KiB)", "lower", "{:.0f}"),
+         Metric("rss_after_sleep_kb", "RSS after the pause + one malloc/free (KiB)", "lower", "{:.0f}"),
+         Metric("rss_after_trim_kb", "RSS after malloc_trim(0) (KiB)", "lower", "{:.0f}")),
+        ("megabytes", "sleep")),
+    Benchmark(
+        "thread-churn", "Memory: thread churn (threads created and exited in sequence)",
+        "seed 002 (thread caches returned at thread exit); DESIGN.md",
+        "At most one thread's data is live at a time, so RSS at the end should be close to RSS after the "
+        "first thread; growth means per-thread caches or arenas outlive their threads.",
+        (Metric("rss_end_kb", "RSS at the end (KiB)", "lower", "{:.0f}"),
+         Metric("rss_growth_kb", "RSS growth after the first thread (KiB)", "lower", "{:.0f}", ratios=False),
+         Metric("threads_per_s", "threads/s", "higher")),
+        ("threads", "kilobytes")),
+    Benchmark(
+        "steady-state", "Memory: producer/consumer at a fixed live set",
+        "Gorine & Knizhnik (cross-thread frees); Lever & Boreham section 4.2 (no unbounded growth)",
+        "With a constant live set, RSS should level off: a trend near 0 KiB/s once warmed up.",
+        (PEAK_RSS, Metric("rss_slope_kb_per_s", "RSS trend, second half (KiB/s)", "lower", "{:.1f}", ratios=False),
+         Metric("objects_per_s", "objects/s", "higher")),
+        ("pairs", "live")),
+]}
+
+
+def cpu_count():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _points(**axes):
+    """All combinations of the given axes, as a list of parameter dicts (keys are CLI options)."""
+    points = [{}]
+    for key, values in axes.items():
+        values = values if isinstance(values, (list, tuple)) else [values]
+        points = [dict(p, **{key: v}) for p in points for v in values]
+    return points
+
+
+def _writer_threads(paper_counts):
+    """False sharing needs a CPU per writer: the paper's counts that fit, at least the CPU count."""
+    n = cpu_count()
+    counts = sorted({c for c in paper_counts if c <= n} | ({min(n, 4)} if n >= 2 else {1}))
+    return counts
+
+
+@dataclass
+class Preset:
+    name: str
+    description: str
+    repeat: int
+    points: dict = field(default_factory=dict)   # benchmark name -> list of parameter dicts
+
+
+def _quick():
+    # Sized so that every run lasts tens to hundreds of milliseconds (long enough for threads
+    # past the CPU count to be time-sliced, as in the paper) and the whole preset takes about
+    # 2-3 minutes on 2 cores with 5 allocators.
+    sizes_fs = [3, 8, 13, 16, 24, 32, 40, 48, 52, 56, 64, 80, 96, 112, 128]
+    return Preset("quick", "every benchmark, small parameters: a few minutes on 2 cores with 5 allocators", 3, {
+        "malloc-test":
+            _points(threads=[1, 2], size=512, iterations=10_000_000)
+            + _points(processes=2, size=512, iterations=10_000_000)
+            + _points(threads=[1, 2, 3, 4, 6, 8, 12, 16, 24], size=8192, iterations=2_000_000),
+        "heap-leak":
+            _points(threads=1, objects=1, rounds=1)
+            + _points(threads=[1, 3, 7], objects=10_000, rounds=[1, 2, 4, 8, 16, 32]),
+        "false-sharing": _points(threads=_writer_threads([2]), size=sizes_fs, writes=25_000_000),
+        "t-test1":
+            _points(threads=[1, 2, 4], **{"max-size": [64, 512, 4096]}, iterations=1_000_000)
+            + _points(threads=[1, 2, 4], **{"max-size": [16384, 32768, 131072]}, iterations=200_000),
+        "mallbench": _points(threads=10, iterations=1_000_000),
+        "prodcons":
+            _points(pairs=[1, 2, 4], iterations=1_000_000)
+            + _points(producers=1, consumers=3, iterations=1_000_000)
+            + _points(producers=3, consumers=1, iterations=1_000_000),
+    })
+
+
+def _paper():
+    return Preset("paper", "the papers' own parameters (10 million requests per thread, ...): hours", 5, {
+        "malloc-test":
+            _points(threads=[1, 2], size=512, iterations=10_000_000)
+            + _points(processes=2, size=512, iterations=10_000_000)
+            + _points(threads=[1, 2, 3, 4, 5], size=8192, iterations=10_000_000)
+            + _points(threads=[16, 24, 32, 40, 48], size=4100, iterations=10_000_000),
+        "heap-leak":
+            _points(threads=1, objects=1, rounds=1)
+            + _points(threads=[1, 3, 7], objects=10_000, rounds=[1, 2, 3, 4, 5, 6, 7, 8])
+            + _points(threads=7, objects=10_000, rounds=[16, 32, 64]),
+        "false-sharing": _points(threads=_writer_threads([2, 3, 4]), size=list(range(3, 53)) + [64, 96, 128],
+                                 writes=100_000_000),
+        "t-test1": _points(threads=[1, 2, 3, 4, 5, 8, 12, 16, 20],
+                           **{"max-size": [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]},
+                           iterations=1_000_000),
+        "mallbench": _points(threads=10, iterations=2_000_000),
+        "prodcons":
+            _points(pairs=[1, 2, 4, 8], iterations=2_000_000)
+            + _points(producers=1, consumers=4, iterations=2_000_000)
+            + _points(producers=4, consumers=1, iterations=2_000_000),
+    })
+
+
+def _memory():
+    """The memory scenarios only (not part of quick): a couple of minutes with 5 allocators."""
+    return Preset("memory", "memory scenarios: two phases, thread churn, steady state", 2, {
+        "two-phase": _points(megabytes=300, sleep=1.0),
+        "thread-churn": _points(threads=10_000, kilobytes=1024),
+        "steady-state": _points(pairs=2, live=100_000, duration=5.0),
+    })
+
+
+def _smoke():
+    """Tiny parameters for the driver's own tests: every benchmark, well under a second each."""
+    return Preset("smoke", "tiny parameters, for mtbench's tests", 1, {
+        "malloc-test": _points(threads=[1, 2, 3], size=512, iterations=2000) + _points(processes=2, size=512, iterations=2000),
+        "heap-leak": _points(threads=1, objects=1, rounds=1) + _points(threads=[1, 2], objects=100, rounds=[1, 2]),
+        "false-sharing": _points(threads=1, size=[8, 64], writes=1000),
+        "t-test1": _points(threads=[1, 2], **{"max-size": [64, 4096]}, iterations=2000),
+        "mallbench": _points(threads=2, iterations=2000),
+        "prodcons": _points(pairs=1, iterations=2000) + _points(producers=2, consumers=1, iterations=2000),
+        "two-phase": _points(megabytes=4, sleep=0),
+        "thread-churn": _points(threads=20, kilobytes=64),
+        "steady-state": _points(pairs=1, live=1000, duration=0.2, sample=0.02),
+    })
+
+
+PRESETS = {"quick": _quick, "paper": _paper, "memory": _memory, "smoke": _smoke}
+
+
+def preset(name):
+    if name not in PRESETS:
+        raise KeyError(name)
+    return PRESETS[name]()
+
+
+def argv_for(params):
+    """Program arguments for one parameter point: {"max-size": 64} -> ["--max-size", "64"]."""
+    argv = []
+    for key, value in params.items():
+        argv += [f"--{key}", str(value)]
+    return argv
+
+
+def point_label(bench, params):
+    """Short text naming a point in tables: only the keys that vary in the benchmark's points."""
+    keys = [k for k in bench.point_keys if k in params] + [k for k in params if k not in bench.point_keys]
+    return " ".join(f"{k}={params[k]}" for k in keys)

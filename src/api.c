@@ -1,0 +1,346 @@
+/* The allocation API: the two fast paths, every qm_* entry point, and the standard names
+ * (malloc, free, ...) as aliases of them. Everything that is not a fast path is a QM_NOINLINE
+ * *_slow function in this file or a call into tcache.c / pageheap.c.
+ * Lock: none here. Callers: programs, new_delete.c. */
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "log.h"
+#include "qmalloc.h"
+
+bool api_verify_sizes; /* check=2: sized frees verify the size against the page map */
+
+static void *malloc_slow(size_t size);
+static void free_slow(void *ptr);
+static void free_push_slow(void *ptr, unsigned cls);
+
+/* ================================ the fast paths ============================================= */
+
+/* malloc stays here when: size <= SMALL_MAX and this thread's list for its class is non-empty.
+ * (A thread whose cache is not set up yet, or is exiting, has empty lists.) */
+QM_INLINE void *malloc_fast(size_t size) {
+  if (QM_LIKELY(size <= SMALL_MAX)) {
+    tcache_list_t *list = &tcache_self.lists[sizeclass_of(size)];
+    void *obj = list->head;
+    if (QM_LIKELY(obj != NULL)) {
+      list->head = *(void **)obj;
+      uint32_t length = --list->length;
+      if (length < list->low_water) list->low_water = length;
+      return obj;
+    }
+  }
+  return malloc_slow(size);
+}
+
+/* Pushes an object of class cls on this thread's list. Stays here when: the list is below its
+ * maximum (0 for a thread not set up or exiting) and its head is not the same object (the
+ * cheapest double free to catch). */
+QM_INLINE void free_push(void *ptr, unsigned cls) {
+  tcache_list_t *list = &tcache_self.lists[cls];
+  void *head = list->head;
+  if (QM_LIKELY(list->length < list->max_length && head != ptr)) {
+    *(void **)ptr = head;
+    list->head = ptr;
+    list->length++;
+    return;
+  }
+  free_push_slow(ptr, cls);
+}
+
+/* free stays here when: the page map says ptr is on a page of a small span, at an object
+ * boundary (one multiply rejects interior pointers, foreign pointers and non-small pages alike:
+ * class 0's magic is 0), and free_push stays on its fast path. NULL, large and invalid pointers
+ * go to free_slow. */
+QM_INLINE void free_fast(void *ptr) {
+  uintptr_t addr = (uintptr_t)ptr;
+  pagemap_leaf_t *leaf = pagemap_leaf_of(addr);
+  if (QM_LIKELY(leaf != NULL)) {
+    uintptr_t entry = __atomic_load_n(&leaf->small[(addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], __ATOMIC_RELAXED);
+    unsigned cls = entry & 0xff;
+    uint32_t offset = (uint32_t)(addr - (entry - cls)); /* from the span's first object */
+    uint64_t magic = sizeclass_magic[cls];
+    if (QM_LIKELY(offset * magic < magic)) {
+      free_push(ptr, cls);
+      return;
+    }
+  }
+  free_slow(ptr);
+}
+
+/* ================================ slow halves ================================================= */
+
+static QM_NOINLINE QM_COLD void *fail_enomem(void) {
+  errno = ENOMEM;
+  return NULL;
+}
+
+static void *alloc_class(unsigned cls) {
+  tcache_list_t *list = &tcache_self.lists[cls];
+  void *obj = list->head;
+  if (obj != NULL && tcache_self.state == TCACHE_LIVE) {
+    list->head = *(void **)obj;
+    if (--list->length < list->low_water) list->low_water = list->length;
+    return obj;
+  }
+  obj = tcache_alloc_slow(&tcache_self, cls);
+  return obj ? obj : fail_enomem();
+}
+
+/* A large block: whole pages from the page heap, aligned to `alignment` (a power of two). */
+static void *alloc_large(size_t size, size_t alignment, bool *zeroed) {
+  if (size > PTRDIFF_MAX) return fail_enomem();
+  size_t npages = (size + PAGE_MASK) >> PAGE_SHIFT;
+  size_t align_pages = alignment > PAGE_SIZE ? alignment >> PAGE_SHIFT : 1;
+  span_t *span = pageheap_alloc(npages, align_pages, 0, zeroed);
+  if (span == NULL) return fail_enomem();
+  span->u.large.requested = size;
+  return (void *)span->start;
+}
+
+static QM_NOINLINE void *malloc_slow(size_t size) {
+  if (QM_UNLIKELY(!init_done)) init_process();
+  if (size <= SMALL_MAX) return alloc_class(sizeclass_of(size));
+  return alloc_large(size, PAGE_SIZE, NULL);
+}
+
+/* What a pointer the program hands back is: its small class, or its large span. Stops the
+ * program with one line if qmalloc did not hand it out. */
+typedef struct block_s {
+  unsigned cls;
+  span_t *span;
+} block_t;
+
+static block_t block_of(void *ptr, const char *call) {
+  uintptr_t addr = (uintptr_t)ptr;
+  pagemap_leaf_t *leaf = pagemap_leaf_of(addr);
+  if (leaf != NULL) {
+    size_t i = (addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1);
+    uintptr_t entry = __atomic_load_n(&leaf->small[i], __ATOMIC_RELAXED);
+    unsigned cls = entry & 0xff;
+    if (cls != 0) {
+      if ((addr - (entry - cls)) % sizeclass_size[cls] == 0) return (block_t){cls, NULL};
+    } else {
+      span_t *span = __atomic_load_n(&leaf->spans[i], __ATOMIC_RELAXED);
+      if (span != NULL && span->start == addr) {
+        if (span->state == SPAN_LARGE) return (block_t){0, span};
+        if (span->state == SPAN_FREE_BACKED || span->state == SPAN_FREE_RELEASED)
+          check_fail_double_free(call, ptr);
+      }
+    }
+  }
+  check_fail_invalid(call, ptr);
+}
+
+static size_t block_usable(block_t b) {
+  return b.cls ? sizeclass_size[b.cls] : (size_t)b.span->npages * PAGE_SIZE;
+}
+
+static QM_NOINLINE void free_push_slow(void *ptr, unsigned cls) {
+  if (tcache_self.lists[cls].head == ptr) check_fail_double_free("free()", ptr);
+  if (QM_UNLIKELY(cls == 0)) { /* free_sized before any malloc: cannot be ours */
+    free_slow(ptr);
+    return;
+  }
+  tcache_free_slow(&tcache_self, ptr, cls);
+}
+
+static QM_NOINLINE void free_slow(void *ptr) {
+  if (ptr == NULL) return;
+  block_t b = block_of(ptr, "free()");
+  if (b.cls != 0) free_push(ptr, b.cls);
+  else pageheap_free(b.span);
+}
+
+static void *calloc_impl(size_t count, size_t size) {
+  size_t total;
+  if (QM_UNLIKELY(__builtin_mul_overflow(count, size, &total))) return fail_enomem();
+  if (total <= SMALL_MAX) {
+    void *p = malloc_fast(total);
+    if (p) memset(p, 0, total);
+    return p;
+  }
+  if (QM_UNLIKELY(!init_done)) init_process();
+  bool zeroed = false;
+  void *p = alloc_large(total, PAGE_SIZE, &zeroed);
+  if (p && !zeroed) memset(p, 0, total);
+  return p;
+}
+
+/* alignment: a power of two. */
+static void *aligned_impl(size_t alignment, size_t size) {
+  if (alignment <= 16) return malloc_fast(size);
+  if (QM_UNLIKELY(!init_done)) init_process();
+  unsigned cls = sizeclass_for_aligned(size, alignment);
+  if (cls != 0) return alloc_class(cls);
+  return alloc_large(size ? size : 1, alignment, NULL);
+}
+
+static void *realloc_impl(void *ptr, size_t size) {
+  if (ptr == NULL) return malloc_fast(size);
+  if (size == 0) { /* glibc: frees and returns NULL */
+    free_fast(ptr);
+    return NULL;
+  }
+  block_t b = block_of(ptr, "realloc()");
+  size_t old = block_usable(b);
+  if (b.cls != 0) {
+    /* In place only within the same class, so free_sized(ptr, size) still finds the class. */
+    if (size <= SMALL_MAX && sizeclass_of(size) == b.cls) return ptr;
+  } else if (size > SMALL_MAX && size <= PTRDIFF_MAX) {
+    size_t npages = (size + PAGE_MASK) >> PAGE_SHIFT;
+    if (npages == b.span->npages) {
+      b.span->u.large.requested = size;
+      return ptr;
+    }
+    if (b.span->direct) {
+      if (npages * PAGE_SIZE >= (size_t)option(OPTION_RELEASE_LARGE)) {
+        span_t *moved = pageheap_remap(b.span, npages); /* no copy: the kernel moves the pages */
+        if (moved) {
+          moved->u.large.requested = size;
+          return (void *)moved->start;
+        }
+      }
+    } else if (pageheap_resize_in_place(b.span, npages)) {
+      b.span->u.large.requested = size;
+      return ptr;
+    }
+  }
+  void *fresh = malloc_fast(size);
+  if (fresh == NULL) return NULL; /* the old block stays valid, as C requires */
+  memcpy(fresh, ptr, old < size ? old : size);
+  free_fast(ptr);
+  return fresh;
+}
+
+static bool is_power_of_two(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+/* ================================ entry points ================================================ */
+
+QM_EXPORT void *qm_malloc(size_t size) { return malloc_fast(size); }
+
+QM_EXPORT void qm_free(void *ptr) { free_fast(ptr); }
+
+QM_EXPORT void *qm_calloc(size_t count, size_t size) { return calloc_impl(count, size); }
+
+QM_EXPORT void *qm_realloc(void *ptr, size_t size) { return realloc_impl(ptr, size); }
+
+QM_EXPORT void *qm_reallocarray(void *ptr, size_t count, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(count, size, &total)) return fail_enomem();
+  return realloc_impl(ptr, total);
+}
+
+QM_EXPORT int qm_posix_memalign(void **result, size_t alignment, size_t size) {
+  if (!is_power_of_two(alignment) || alignment % sizeof(void *) != 0) return EINVAL;
+  int saved = errno;
+  void *p = aligned_impl(alignment, size);
+  errno = saved;
+  if (p == NULL) return ENOMEM;
+  *result = p;
+  return 0;
+}
+
+/* C11/C17 and glibc 2.38+: an alignment that is not a power of two is an error. */
+QM_EXPORT void *qm_aligned_alloc(size_t alignment, size_t size) {
+  if (!is_power_of_two(alignment)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  return aligned_impl(alignment, size);
+}
+
+/* glibc: an alignment that is not a power of two is rounded up to one; absurd ones fail. */
+QM_EXPORT void *qm_memalign(size_t alignment, size_t size) {
+  if (alignment > SIZE_MAX / 2 + 1) {
+    errno = EINVAL;
+    return NULL;
+  }
+  if (!is_power_of_two(alignment)) {
+    size_t a = 16;
+    while (a < alignment) a <<= 1;
+    alignment = a;
+  }
+  return aligned_impl(alignment, size);
+}
+
+static size_t system_page_size(void) {
+  static size_t cached;
+  if (cached == 0) cached = (size_t)sysconf(_SC_PAGESIZE);
+  return cached;
+}
+
+QM_EXPORT void *qm_valloc(size_t size) { return aligned_impl(system_page_size(), size); }
+
+QM_EXPORT void *qm_pvalloc(size_t size) {
+  size_t page = system_page_size();
+  if (size > SIZE_MAX - page) return fail_enomem();
+  size_t rounded = size ? (size + page - 1) & ~(page - 1) : page;
+  return aligned_impl(page, rounded);
+}
+
+QM_EXPORT size_t qm_malloc_usable_size(void *ptr) {
+  if (ptr == NULL) return 0;
+  return block_usable(block_of(ptr, "malloc_usable_size()"));
+}
+
+/* check=2: the size (and alignment) given to a sized free must fit the block and name its class;
+ * otherwise the program stops: a wrong size would put the object on another class's list. */
+static QM_NOINLINE void free_sized_slow(void *ptr, size_t size, size_t alignment) {
+  if (ptr == NULL) return;
+  if (api_verify_sizes) {
+    block_t b = block_of(ptr, "free_sized()");
+    unsigned expected = size > SMALL_MAX ? 0 : alignment > 16 ? sizeclass_for_aligned(size, alignment) : sizeclass_of(size);
+    if (size > block_usable(b) || (b.cls != 0 && expected != b.cls))
+      log_fatal("free_sized(): size %zu does not match the block %p", size, ptr);
+  }
+  free_fast(ptr);
+}
+
+/* free_sized and sized delete: the size names the class, so the page map is not read (unless
+ * check=2, which verifies it). Sizes above SMALL_MAX go the ordinary way. */
+QM_EXPORT void qm_free_sized(void *ptr, size_t size) {
+  if (QM_LIKELY(size <= SMALL_MAX && ptr != NULL && !api_verify_sizes)) {
+    free_push(ptr, sizeclass_of(size));
+    return;
+  }
+  free_sized_slow(ptr, size, 0);
+}
+
+QM_EXPORT void qm_free_aligned_sized(void *ptr, size_t alignment, size_t size) {
+  if (alignment <= 16) {
+    qm_free_sized(ptr, size);
+    return;
+  }
+  unsigned cls = sizeclass_for_aligned(size, alignment);
+  if (cls != 0 && ptr != NULL && !api_verify_sizes) free_push(ptr, cls);
+  else free_sized_slow(ptr, size, alignment);
+}
+
+QM_EXPORT int qm_trim(size_t pad) {
+  if (!init_done) return 0;
+  tcache_flush_self();
+  central_drain_transfer();
+  return pageheap_release_all() > 0;
+}
+
+QM_EXPORT void qm_stats_print(int fd, int format) { stats_print(fd, format); }
+
+/* ================================ the standard names ========================================== */
+
+#define QM_ALIAS(target) __attribute__((alias(#target), visibility("default"), used))
+void *malloc(size_t size) QM_ALIAS(qm_malloc);
+void free(void *ptr) QM_ALIAS(qm_free);
+void *calloc(size_t count, size_t size) QM_ALIAS(qm_calloc);
+void *realloc(void *ptr, size_t size) QM_ALIAS(qm_realloc);
+void *reallocarray(void *ptr, size_t count, size_t size) QM_ALIAS(qm_reallocarray);
+int posix_memalign(void **result, size_t alignment, size_t size) QM_ALIAS(qm_posix_memalign);
+void *aligned_alloc(size_t alignment, size_t size) QM_ALIAS(qm_aligned_alloc);
+void *memalign(size_t alignment, size_t size) QM_ALIAS(qm_memalign);
+void *valloc(size_t size) QM_ALIAS(qm_valloc);
+void *pvalloc(size_t size) QM_ALIAS(qm_pvalloc);
+size_t malloc_usable_size(void *ptr) QM_ALIAS(qm_malloc_usable_size);
+void free_sized(void *ptr, size_t size) QM_ALIAS(qm_free_sized);
+void free_aligned_sized(void *ptr, size_t alignment, size_t size) QM_ALIAS(qm_free_aligned_sized);
+int malloc_trim(size_t pad) QM_ALIAS(qm_trim);

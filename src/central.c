@@ -1,0 +1,166 @@
+/* Central free lists: per size class, a transfer cache of whole batches (so a batch freed by one
+ * thread moves to another in O(1)) and the spans of that class with objects to hand out.
+ * Objects leave a span lazily (a bump offset), so a fresh span is touched only as it is used.
+ * A span whose objects are all back goes to the page heap at once.
+ * Does not: cache anything per thread (tcache.c), or know where spans come from (pageheap.c).
+ * Lock: central_lists[cls].lock, one per class; the page heap lock is only taken with it
+ * released. Callers: tcache.c (refill, flush, garbage collection), api.c (trim). */
+#include "internal.h"
+
+central_t central_lists[SIZECLASS_COUNT];
+
+void central_init(void) {
+  for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
+    central_t *c = &central_lists[cls];
+    pthread_mutex_init(&c->lock, NULL);
+    c->batch = sizeclass_batch[cls];
+    size_t batch_bytes = (size_t)c->batch * sizeclass_size[cls];
+    size_t slots = TRANSFER_BYTES_MAX / batch_bytes;
+    c->transfer_capacity = (uint32_t)(slots < 2 ? 2 : slots > TRANSFER_SLOTS ? TRANSFER_SLOTS : slots);
+  }
+}
+
+static uint32_t central_span_objects(unsigned cls) {
+  return (uint32_t)(sizeclass_pages[cls] * PAGE_SIZE / sizeclass_size[cls]);
+}
+
+static void central_nonempty_push(central_t *c, span_t *span) {
+  span->prev = NULL;
+  span->next = c->nonempty;
+  if (c->nonempty) c->nonempty->prev = span;
+  c->nonempty = span;
+}
+
+static void central_nonempty_remove(central_t *c, span_t *span) {
+  if (span->prev) span->prev->next = span->next;
+  else c->nonempty = span->next;
+  if (span->next) span->next->prev = span->prev;
+}
+
+static bool central_span_exhausted(span_t *span, uint32_t size) {
+  return span->u.small.freelist == NULL &&
+         (size_t)span->u.small.bump + size > (size_t)span->npages * PAGE_SIZE;
+}
+
+/* ---- handing objects out ------------------------------------------------------------------ */
+
+unsigned central_remove(unsigned cls, void **head, unsigned want) {
+  central_t *c = &central_lists[cls];
+  uint32_t size = sizeclass_size[cls];
+  void *first = NULL, **link = &first;
+  unsigned got = 0;
+  pthread_mutex_lock(&c->lock);
+  if (want == c->batch && c->transfer_count > 0) {
+    *head = c->transfer[--c->transfer_count];
+    pthread_mutex_unlock(&c->lock);
+    return want;
+  }
+  while (got < want) {
+    span_t *span = c->nonempty;
+    if (span == NULL) {
+      pthread_mutex_unlock(&c->lock);
+      span = pageheap_alloc(sizeclass_pages[cls], 1, cls, NULL);
+      pthread_mutex_lock(&c->lock);
+      if (span == NULL) break;
+      span->u.small.freelist = NULL;
+      span->u.small.bump = 0;
+      span->u.small.allocated = 0;
+      c->spans_in_use++;
+      c->free_in_spans += central_span_objects(cls);
+      central_nonempty_push(c, span);
+    }
+    while (got < want && !central_span_exhausted(span, size)) {
+      void *obj = span->u.small.freelist;
+      if (obj != NULL) {
+        span->u.small.freelist = *(void **)obj;
+      } else {
+        obj = (void *)(span->start + span->u.small.bump);
+        span->u.small.bump += size;
+      }
+      span->u.small.allocated++;
+      *link = obj;
+      link = (void **)obj;
+      got++;
+    }
+    if (central_span_exhausted(span, size)) central_nonempty_remove(c, span);
+  }
+  *link = NULL;
+  c->free_in_spans -= got;
+  pthread_mutex_unlock(&c->lock);
+  *head = first;
+  return got;
+}
+
+/* ---- taking objects back ------------------------------------------------------------------ */
+
+/* Returns a chain of objects to their spans; spans left with nothing out are chained (through
+ * next) into *emptied for the caller to give to the page heap after unlocking. Requires c->lock. */
+static void central_insert_spans(central_t *c, unsigned cls, void *chain, span_t **emptied) {
+  uint32_t size = sizeclass_size[cls];
+  while (chain != NULL) {
+    void *obj = chain;
+    chain = *(void **)obj;
+    span_t *span = pagemap_span((uintptr_t)obj);
+    if (span == NULL || span->state != SPAN_SMALL || span->sizeclass != cls)
+      check_fail("free(): heap corruption (object in the wrong list)", obj);
+    if (span->u.small.allocated == 0) check_fail_double_free("free()", obj);
+    if (central_span_exhausted(span, size)) central_nonempty_push(c, span);
+    *(void **)obj = span->u.small.freelist;
+    span->u.small.freelist = obj;
+    span->u.small.allocated--;
+    c->free_in_spans++;
+    if (span->u.small.allocated == 0) {
+      central_nonempty_remove(c, span);
+      c->spans_in_use--;
+      c->free_in_spans -= central_span_objects(cls);
+      span->next = *emptied;
+      *emptied = span;
+    }
+  }
+}
+
+static void central_free_spans(span_t *emptied) {
+  while (emptied != NULL) {
+    span_t *next = emptied->next;
+    pageheap_free(emptied);
+    emptied = next;
+  }
+}
+
+void central_insert(unsigned cls, void *head, unsigned count) {
+  central_t *c = &central_lists[cls];
+  span_t *emptied = NULL;
+  pthread_mutex_lock(&c->lock);
+  if (count == c->batch && c->transfer_count < c->transfer_capacity) {
+    c->transfer[c->transfer_count++] = head;
+    pthread_mutex_unlock(&c->lock);
+    return;
+  }
+  central_insert_spans(c, cls, head, &emptied);
+  pthread_mutex_unlock(&c->lock);
+  central_free_spans(emptied);
+}
+
+void central_drain_transfer(void) {
+  for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
+    central_t *c = &central_lists[cls];
+    span_t *emptied = NULL;
+    pthread_mutex_lock(&c->lock);
+    while (c->transfer_count > 0) central_insert_spans(c, cls, c->transfer[--c->transfer_count], &emptied);
+    pthread_mutex_unlock(&c->lock);
+    central_free_spans(emptied);
+  }
+}
+
+/* ---- process life ------------------------------------------------------------------------- */
+
+void central_lock_for_fork(void) {
+  for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) pthread_mutex_lock(&central_lists[cls].lock);
+}
+
+void central_unlock_after_fork(bool child) {
+  for (unsigned cls = SIZECLASS_COUNT - 1; cls >= 1; cls--) {
+    if (child) pthread_mutex_init(&central_lists[cls].lock, NULL);
+    else pthread_mutex_unlock(&central_lists[cls].lock);
+  }
+}

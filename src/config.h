@@ -1,0 +1,64 @@
+/* Compile-time constants and the hot/cold markers. Each constant says why it has its value.
+ * Tunables that an operator may want to change at run time are options (options.h), not here. */
+#ifndef QM_CONFIG_H
+#define QM_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define QM_LIKELY(x) __builtin_expect(!!(x), 1)
+#define QM_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define QM_INLINE static inline __attribute__((always_inline))
+#define QM_NOINLINE __attribute__((noinline))
+#define QM_COLD __attribute__((cold))
+#define QM_EXPORT __attribute__((visibility("default")))
+#define QM_CACHELINE 64
+
+#ifdef QM_DEBUG
+static const int qm_debug = 1; /* run the <module>_check() invariants on slow paths */
+#else
+static const int qm_debug = 0;
+#endif
+
+/* 8 KiB pages, as TCMalloc: a 1-page span holds 1024 8-byte objects, which keeps the span header
+ * (64 bytes) under 1% of the memory of the smallest objects, and halves page-map entries. */
+#define PAGE_SHIFT 13
+#define PAGE_SIZE ((size_t)1 << PAGE_SHIFT)
+#define PAGE_MASK (PAGE_SIZE - 1)
+
+/* Requests up to SMALL_MAX are served from size classes and thread caches (no lock); above it the
+ * page heap serves them under its lock. 256 KiB (not the 2005 TCMalloc's 32 KiB) keeps the common
+ * medium sizes (buffers, hash tables) off the one global lock. */
+#define SMALL_MAX ((size_t)256 * 1024)
+
+/* Page map: a two-level radix tree over 48-bit addresses (x86-64 and aarch64 user space).
+ * 2^18 root slots in .bss (2 MiB of address space, touched only where memory is) and leaves of
+ * 2^17 pages (1 GiB of address space each), mapped when first needed. */
+#define ADDRESS_BITS 48
+#define PAGEMAP_LEAF_BITS 17
+#define PAGEMAP_LEAF_LEN ((size_t)1 << PAGEMAP_LEAF_BITS)
+#define PAGEMAP_LEAF_SHIFT (PAGE_SHIFT + PAGEMAP_LEAF_BITS)
+#define PAGEMAP_ROOT_LEN ((size_t)1 << (ADDRESS_BITS - PAGEMAP_LEAF_SHIFT))
+
+/* The page heap takes address space from the OS in chunks of at least this size: one mmap per
+ * 32 MiB keeps system calls off the allocation path; untouched pages cost no RSS. */
+#define OS_CHUNK_SIZE ((size_t)32 << 20)
+
+/* Free spans shorter than this many pages live in exact-length lists; longer ones in one list
+ * searched best-fit (few and large, so the search is short). */
+#define PAGEHEAP_EXACT_LISTS 128
+
+/* A thread-cache list never grows past this many objects, whatever its budget. */
+#define TCACHE_LIST_MAX_LENGTH 8192
+/* Times a list may overflow its maximum length before the maximum shrinks (gperftools' value). */
+#define TCACHE_MAX_OVERAGES 3
+/* Budget a thread cache starts with, and the step by which it grows or is stolen. */
+#define TCACHE_START_SIZE ((size_t)256 << 10)
+#define TCACHE_STEAL_STEP ((size_t)64 << 10)
+
+/* A transfer cache holds at most this many bytes of whole batches per size class, and at most
+ * TRANSFER_SLOTS batches: enough to absorb a consumer's flushes without parking much memory. */
+#define TRANSFER_BYTES_MAX ((size_t)512 << 10)
+#define TRANSFER_SLOTS 64
+
+#endif

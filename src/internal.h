@@ -1,0 +1,155 @@
+/* Cross-file contracts, grouped by the file that defines them. Lock order (outermost first):
+ *   tcache registry lock  ->  central[cls].lock (ascending cls)  ->  page heap lock  ->  stats lock
+ * A function that takes a lock says so; none is taken on the malloc/free fast paths. */
+#ifndef QM_INTERNAL_H
+#define QM_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "options.h"
+#include "types.h"
+
+/* ---- sizeclass.c: read-only after sizeclass_init ---- */
+#define SIZECLASS_LOOKUP_SLOTS (SMALL_MAX / 8 + 1)
+extern uint8_t sizeclass_lookup[SIZECLASS_LOOKUP_SLOTS];
+extern uint32_t sizeclass_size[SIZECLASS_COUNT];
+extern uint8_t sizeclass_pages[SIZECLASS_COUNT];
+extern uint64_t sizeclass_magic[SIZECLASS_COUNT];
+extern uint16_t sizeclass_batch[SIZECLASS_COUNT];
+/* Requires n <= SMALL_MAX. */
+QM_INLINE size_t sizeclass_slot(size_t n) { return (n + 7) >> 3; }
+QM_INLINE unsigned sizeclass_of(size_t n) { return sizeclass_lookup[sizeclass_slot(n)]; }
+/* Fills batches and divisibility constants; patches the tiny slots for min_align 8 or 16. */
+void sizeclass_init(unsigned min_align, unsigned batch_max);
+/* The smallest class that can hold `size` bytes at an `alignment`-aligned address, or 0. */
+unsigned sizeclass_for_aligned(size_t size, size_t alignment);
+/* Invariants of the table (monotonic, 16-byte multiples, fits its span, smallest fit). */
+bool sizeclass_check(void);
+
+/* ---- pagemap.c: reads lock-free; writes require the page heap lock ---- */
+extern pagemap_leaf_t *pagemap_root[PAGEMAP_ROOT_LEN];
+/* The leaf covering addr, or NULL (nothing of ours is there, or addr is beyond 48 bits). */
+QM_INLINE pagemap_leaf_t *pagemap_leaf_of(uintptr_t addr) {
+  uintptr_t i = addr >> PAGEMAP_LEAF_SHIFT;
+  return i < PAGEMAP_ROOT_LEN ? __atomic_load_n(&pagemap_root[i], __ATOMIC_ACQUIRE) : NULL;
+}
+span_t *pagemap_span(uintptr_t addr);
+/* Maps the leaves covering [start, start + npages pages); false if out of range or no memory. */
+bool pagemap_ensure(uintptr_t start, size_t npages);
+void pagemap_set_ends(span_t *span);   /* first and last page -> span (small entry 0) */
+void pagemap_clear_ends(span_t *span);
+void pagemap_set_small(span_t *span);  /* every page -> span, with class and index */
+void pagemap_clear_small(span_t *span);
+
+/* ---- span.c: requires the page heap lock ---- */
+span_t *span_new(uintptr_t start, size_t npages, span_state_t state); /* NULL if out of memory */
+void span_delete(span_t *span);
+
+/* ---- pageheap.c: every function takes the page heap lock itself ---- */
+void pageheap_init(void);
+/* A span of npages pages whose start is a multiple of align_pages pages, set up as a small span
+ * of `sizeclass` (page map filled) or, with sizeclass 0, as a large object. NULL if out of
+ * memory. *zeroed tells whether all its pages are known to be zero (may be NULL). */
+span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, bool *zeroed);
+/* Returns a small or large span to the free lists (coalescing), or unmaps a direct mapping. */
+void pageheap_free(span_t *span);
+/* Resizes a large span in place (shrinks, or grows into a free right neighbour); true if done. */
+bool pageheap_resize_in_place(span_t *span, size_t new_npages);
+/* Huge blocks (>= release_large) are direct mappings; this grows or shrinks one with mremap. */
+span_t *pageheap_remap(span_t *span, size_t new_npages);
+/* Runs the decay if a backed span is due (cheap check without the lock otherwise). */
+void pageheap_maybe_decay(void);
+/* Releases every free backed page to the OS; returns the bytes released. */
+size_t pageheap_release_all(void);
+void pageheap_lock_for_fork(void);
+void pageheap_unlock_after_fork(bool child);
+typedef struct pageheap_stats_s {
+  size_t free_backed_bytes, free_released_bytes, small_span_bytes, large_bytes, direct_bytes;
+  size_t free_spans, direct_blocks;
+  uint64_t release_calls, released_bytes_total;
+} pageheap_stats_t;
+void pageheap_stats(pageheap_stats_t *out);
+
+/* ---- central.c: each function takes central[cls].lock, and may take the page heap lock ---- */
+extern central_t central_lists[SIZECLASS_COUNT];
+void central_init(void);
+/* Moves up to `want` objects of class cls into a NULL-terminated chain at *head; returns how many
+ * (0 only when out of memory). */
+unsigned central_remove(unsigned cls, void **head, unsigned want);
+/* Takes back a NULL-terminated chain of `count` objects of class cls. A span left with no
+ * object out goes back to the page heap. */
+void central_insert(unsigned cls, void *head, unsigned count);
+/* Empties every transfer cache into the spans (malloc_trim). */
+void central_drain_transfer(void);
+void central_lock_for_fork(void);
+void central_unlock_after_fork(bool child);
+
+/* ---- tcache.c ---- */
+extern __thread tcache_t tcache_self __attribute__((tls_model("initial-exec")));
+/* Slow half of malloc for a small class: initializes the thread's cache if needed, refills the
+ * list from the central list. Returns an object or NULL (ENOMEM). */
+void *tcache_alloc_slow(tcache_t *tc, unsigned cls);
+/* Slow half of free for a small object the fast path could not push (cache not live, list at
+ * its maximum): pushes it and flushes as needed. */
+void tcache_free_slow(tcache_t *tc, void *obj, unsigned cls);
+/* Seed 002's garbage collection: moves half of each list's low-water mark to the central lists
+ * and gives the capacity they held back to the budget. */
+void tcache_gc(tcache_t *tc);
+/* NULL if the cache's invariants hold, else what is broken (chains against lengths, maxima,
+ * low-water marks, capacity, classes of the objects). Only the owner may call it. */
+const char *tcache_check(const tcache_t *tc);
+/* Flushes the calling thread's cache entirely (malloc_trim, thread exit). */
+void tcache_flush_self(void);
+/* Recomputes the unclaimed budget from tcache_total and the live caches (init, option change). */
+void tcache_budget_init(void);
+void tcache_lock_for_fork(void);
+void tcache_unlock_after_fork(bool child);
+/* Process-wide sums over live caches (and counters of exited ones), for statistics; fills
+ * objects_per_class[cls] (adds to it) and up to max_threads per-thread rows. Takes the registry
+ * lock. */
+typedef struct tcache_thread_stats_s {
+  size_t bytes, capacity, max_size;
+  uint64_t refills, flushes, gc_runs;
+} tcache_thread_stats_t;
+typedef struct tcache_totals_s {
+  size_t bytes, threads;
+  intptr_t unclaimed;
+  uint64_t refills, flushes, gc_runs;
+} tcache_totals_t;
+void tcache_totals(tcache_totals_t *out, size_t *objects_per_class, tcache_thread_stats_t *threads, size_t max_threads);
+
+/* ---- api.c ---- */
+extern bool api_verify_sizes;
+
+/* ---- init.c ---- */
+extern bool init_done;
+/* Idempotent; safe to call from any thread at any time, including before main. */
+void init_process(void);
+
+/* ---- check.c: the one-line fatal errors ---- */
+__attribute__((noreturn)) QM_COLD void check_fail_invalid(const char *call, const void *ptr);
+__attribute__((noreturn)) QM_COLD void check_fail_double_free(const char *call, const void *ptr);
+__attribute__((noreturn)) QM_COLD void check_fail(const char *what, const void *ptr);
+
+/* ---- stats.c ---- */
+void stats_mapped_add(intptr_t bytes);
+void stats_metadata_add(intptr_t bytes);
+size_t stats_mapped(void); /* bytes mapped from the OS now */
+/* One consistent-enough picture of the whole heap (each layer read under its own lock). */
+typedef struct stats_snapshot_s {
+  /* the accounting identity: these add up to mapped */
+  size_t in_use, thread_caches, transfer_caches, central_free, pageheap_free, released, metadata, mapped;
+  /* how in_use splits, and counters */
+  size_t small_in_use, large_in_use, huge_in_use, huge_blocks, free_spans, threads;
+  intptr_t unclaimed_budget;
+  uint64_t refills, flushes, gc_runs, release_calls, released_bytes_total;
+  size_t class_in_use[SIZECLASS_COUNT], class_free[SIZECLASS_COUNT], class_spans[SIZECLASS_COUNT];
+} stats_snapshot_t;
+void stats_snapshot(stats_snapshot_t *out);
+void stats_print(int fd, int format);
+void stats_at_exit(void);
+
+#endif

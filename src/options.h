@@ -1,0 +1,141 @@
+/* options: every run-time tunable of qmalloc, declared once in OPTIONS_TABLE below.
+ *
+ * The table generates the option_id_t enum, the static defaults, the range checks, the
+ * environment parser, the verbose dump and the completeness check of docs/options.md
+ * (tests/unit/test_options.c). Adding an option is one line in the table plus its row in the docs.
+ *
+ * Values are plain globals initialised statically, so option() is valid before options_init()
+ * and costs one load. They are written only by options_init() (once, while the allocator
+ * initialises) and by options_set() (the environment parser, later mallopt); nothing here
+ * allocates, takes a lock, or uses stdio, so it is safe inside malloc before main. */
+#ifndef QM_OPTIONS_H
+#define QM_OPTIONS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Build switch (CMake QM_MIN_ALIGN): the default of min_align. */
+#ifndef QM_MIN_ALIGN_DEFAULT
+#define QM_MIN_ALIGN_DEFAULT 16
+#endif
+
+#define OPTIONS_KIB (1024LL)
+#define OPTIONS_MIB (1024LL * OPTIONS_KIB)
+#define OPTIONS_GIB (1024LL * OPTIONS_MIB)
+#define OPTIONS_TIB (1024LL * OPTIONS_GIB)
+
+/* X(ID, name, type, default, min, max, help)
+ *   ID    the enum suffix: OPTION_<ID>. It must be the upper case of name (checked by the unit
+ *         test); the preprocessor cannot change case, so both spellings are written out.
+ *   name  lower_snake; the environment variable is QMALLOC_<NAME>.
+ *   type  BOOL, COUNT (plain integer), POW2 (integer that must be a power of two), BYTES (K/M/G/T
+ *         suffixes accepted), MS (milliseconds, "ms" or "s" suffix accepted).
+ *   help  one line, shown in docs/options.md word for word. */
+#define OPTIONS_TABLE(X)                                                                           \
+  X(TCACHE_MAX, tcache_max, BYTES, 4 * OPTIONS_MIB, 64 * OPTIONS_KIB, 1 * OPTIONS_GIB,             \
+    "largest cache a single thread may hold")                                                      \
+  X(TCACHE_TOTAL, tcache_total, BYTES, 32 * OPTIONS_MIB, 256 * OPTIONS_KIB, 16 * OPTIONS_GIB,      \
+    "total thread-cache budget shared by all threads")                                             \
+  X(TRANSFER_BATCH, transfer_batch, COUNT, 32, 1, 1024,                                            \
+    "most objects moved between a thread cache and the central lists at once")                     \
+  X(DECAY_MS, decay_ms, MS, 10000, 0, 3600000,                                                     \
+    "free pages unused this long are returned to the OS (0: at once)")                             \
+  X(RETAIN_MAX, retain_max, BYTES, 64 * OPTIONS_MIB, 0, 1 * OPTIONS_TIB,                           \
+    "free but not yet returned bytes above which pages are returned at once")                      \
+  X(RELEASE_LARGE, release_large, BYTES, 32 * OPTIONS_MIB, 0, 1 * OPTIONS_TIB,                     \
+    "large blocks at least this big are returned to the OS as soon as freed (0: every one)")       \
+  X(MIN_ALIGN, min_align, POW2, QM_MIN_ALIGN_DEFAULT, 8, 16,                                       \
+    "alignment of the smallest objects; 8 adds an 8-byte class")                                   \
+  X(CHECK, check, COUNT, 1, 1, 2,                                                                  \
+    "1: foreign, interior and repeated frees stop the program; 2: also verify free_sized sizes")   \
+  X(VERBOSE, verbose, BOOL, 0, 0, 1, "print the effective options to stderr at start")             \
+  X(STATS, stats, COUNT, 0, 0, 2, "print statistics to stderr at exit: 1 text, 2 JSON")
+
+typedef enum {
+#define OPTIONS_X_ENUM(ID, name, type, def, min, max, help) OPTION_##ID,
+  OPTIONS_TABLE(OPTIONS_X_ENUM)
+#undef OPTIONS_X_ENUM
+  OPTION_COUNT
+} option_id_t;
+
+typedef enum {
+  OPTION_TYPE_BOOL,
+  OPTION_TYPE_COUNT,
+  OPTION_TYPE_POW2,
+  OPTION_TYPE_BYTES,
+  OPTION_TYPE_MS,
+} option_type_t;
+
+typedef struct option_info_s {
+  const char *id;   /* "TCACHE_MAX": also the variable name after "QMALLOC_" */
+  const char *name; /* "tcache_max" */
+  option_type_t type;
+  long long def, min, max; /* bools are 0/1 */
+  const char *help;
+} option_info_t;
+
+/* The table itself, indexed by option_id_t (for the docs check and mallopt). */
+extern const option_info_t options_table[OPTION_COUNT];
+
+/* Current values, statically initialised to the defaults. Read them through option(). */
+extern long long options_values[OPTION_COUNT];
+
+static inline long long option(option_id_t id) {
+  return options_values[id];
+}
+
+/* ---- setting options --------------------------------------------------------------------------- */
+
+/* Reads QMALLOC_OPTIONS and every QMALLOC_<NAME> from the environment (walking environ, or
+ * /proc/self/environ into a static buffer when environ is not set up yet), then prints the
+ * effective options to fd 2 if verbose. Idempotent and safe to race: the first caller does the
+ * work and any concurrent caller waits for it. Makes system calls (write; open/read/close only in
+ * the /proc fallback); never allocates; takes no lock. Bad input produces one warning line each. */
+void options_init(void);
+
+/* Parses value[0..value_len) for the option called name[0..name_len) (case-insensitive) and sets
+ * it. Neither string needs a NUL. source names where the setting came from ("QMALLOC_DECAY_MS",
+ * "QMALLOC_OPTIONS", "mallopt"); it is remembered for options_print and used in the warning.
+ * On an unknown name, a malformed value or one out of range: writes one warning line to fd 2,
+ * keeps the old value and returns false. Never aborts. */
+bool options_set(const char *name, size_t name_len, const char *value, size_t value_len,
+                 const char *source);
+
+/* ---- reading back -------------------------------------------------------------------------------- */
+
+/* Writes one line per option to fd: name, value, default, and what set it. */
+void options_print(int fd);
+
+/* "tcache_max" */
+const char *options_name(option_id_t id);
+
+/* "bytes", "ms", ...: the type column of docs/options.md. */
+const char *options_type_name(option_type_t type);
+
+/* The source that last set the option (as passed to options_set), or NULL if it has its default. */
+const char *options_source(option_id_t id);
+
+/* Formats v the way options_print shows values of this option and the docs show defaults: bools
+ * as true/false, bytes with the largest exact K/M/G/T suffix ("4M", "65537"), others in decimal.
+ * Every such string is accepted back by options_set. Returns the length (see log_format). */
+size_t options_format_value(option_id_t id, long long v, char *buf, size_t cap);
+
+/* The accepted range as shown in warnings and the docs: "64K..1G", "0..3600000", "8 or 16", ... */
+size_t options_format_range(option_id_t id, char *buf, size_t cap);
+
+/* "QMALLOC_TCACHE_MAX" */
+size_t options_variable_name(option_id_t id, char *buf, size_t cap);
+
+/* True if the environment variable name[0..len) is one qmalloc knows: an option's variable,
+ * QMALLOC_OPTIONS, or one of the names the project's test and benchmark tools export for their own
+ * use (QMALLOC_SO, ...), which are accepted silently. Anything else starting with QMALLOC_ gets a
+ * warning from options_init. */
+bool options_is_known_variable(const char *name, size_t len);
+
+/* ---- tests --------------------------------------------------------------------------------------- */
+
+/* Puts every option back to its default and forgets that options_init ran, so a test can change
+ * the environment and call options_init again. Not for use while other threads run. */
+void options_reset_for_test(void);
+
+#endif

@@ -1,0 +1,380 @@
+/* Page heap: runs of pages ("spans") for the central lists and for large objects.
+ * Owns: free spans, kept by length in exact lists (1..PAGEHEAP_EXACT_LISTS pages) plus one list
+ * for longer spans, in two sets: backed (may be resident) and released (returned to the OS);
+ * coalescing of free neighbours of the same set; the decay that releases backed spans nobody
+ * reused within decay_ms, and the retain_max cap; huge blocks as mappings of their own.
+ * Does not: know about size classes beyond writing the page map for small spans.
+ * Lock: pageheap.lock protects everything here, span headers (span.c) and page-map writes.
+ * Callers: central.c (small spans), api.c (large objects), stats.c, init.c (fork). */
+#include <string.h>
+
+#include "internal.h"
+#include "os.h"
+
+#define PAGEHEAP_LISTS (PAGEHEAP_EXACT_LISTS + 1)
+#define PAGEHEAP_BITMAP_WORDS ((PAGEHEAP_LISTS + 63) / 64)
+
+typedef struct free_set_s {
+  span_t *lists[PAGEHEAP_LISTS];                /* [n-1]: spans of n pages; last: longer ones */
+  uint64_t nonempty[PAGEHEAP_BITMAP_WORDS];     /* bit i set iff lists[i] is not empty */
+  size_t bytes;
+} free_set_t;
+
+static struct {
+  pthread_mutex_t lock;
+  free_set_t backed, released;
+  span_t *oldest, *newest; /* backed free spans, by the time they became free */
+  size_t small_span_bytes, large_bytes, direct_bytes, direct_blocks;
+  size_t free_spans;
+  uint64_t release_calls, released_bytes_total;
+  uint64_t next_decay_ms;  /* no backed span is due for release before this time */
+} pageheap = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* ---- free sets --------------------------------------------------------------------------- */
+
+static size_t pageheap_list_index(size_t npages) {
+  return npages <= PAGEHEAP_EXACT_LISTS ? npages - 1 : PAGEHEAP_EXACT_LISTS;
+}
+
+static free_set_t *pageheap_set_of(span_t *span) {
+  return span->state == SPAN_FREE_BACKED ? &pageheap.backed : &pageheap.released;
+}
+
+static void pageheap_insert(span_t *span) {
+  free_set_t *set = pageheap_set_of(span);
+  size_t i = pageheap_list_index(span->npages);
+  span->prev = NULL;
+  span->next = set->lists[i];
+  if (span->next) span->next->prev = span;
+  set->lists[i] = span;
+  set->nonempty[i / 64] |= (uint64_t)1 << (i % 64);
+  set->bytes += span->npages * PAGE_SIZE;
+  pageheap.free_spans++;
+  if (span->state == SPAN_FREE_BACKED) { /* append as the newest */
+    span->u.age.newer = NULL;
+    span->u.age.older = pageheap.newest;
+    if (pageheap.newest) pageheap.newest->u.age.newer = span;
+    else pageheap.oldest = span;
+    pageheap.newest = span;
+  }
+  pagemap_set_ends(span);
+}
+
+static void pageheap_remove(span_t *span) {
+  free_set_t *set = pageheap_set_of(span);
+  size_t i = pageheap_list_index(span->npages);
+  if (span->prev) span->prev->next = span->next;
+  else set->lists[i] = span->next;
+  if (span->next) span->next->prev = span->prev;
+  if (set->lists[i] == NULL) set->nonempty[i / 64] &= ~((uint64_t)1 << (i % 64));
+  set->bytes -= span->npages * PAGE_SIZE;
+  pageheap.free_spans--;
+  if (span->state == SPAN_FREE_BACKED) {
+    if (span->u.age.newer) span->u.age.newer->u.age.older = span->u.age.older;
+    else pageheap.newest = span->u.age.older;
+    if (span->u.age.older) span->u.age.older->u.age.newer = span->u.age.newer;
+    else pageheap.oldest = span->u.age.newer;
+  }
+}
+
+/* The free span of `set` that best fits npages, or NULL. */
+static span_t *pageheap_find(free_set_t *set, size_t npages) {
+  size_t i = pageheap_list_index(npages);
+  if (i < PAGEHEAP_EXACT_LISTS) {
+    for (size_t w = i / 64; w < PAGEHEAP_BITMAP_WORDS; w++) {
+      uint64_t bits = set->nonempty[w];
+      if (w == i / 64) bits &= ~(uint64_t)0 << (i % 64);
+      if (bits == 0) continue;
+      size_t found = w * 64 + (size_t)__builtin_ctzll(bits);
+      if (found < PAGEHEAP_EXACT_LISTS) return set->lists[found];
+      break;
+    }
+  }
+  span_t *best = NULL;
+  for (span_t *s = set->lists[PAGEHEAP_EXACT_LISTS]; s != NULL; s = s->next)
+    if (s->npages >= npages && (best == NULL || s->npages < best->npages ||
+                                (s->npages == best->npages && s->start < best->start)))
+      best = s;
+  return best;
+}
+
+/* Puts a free span (state already BACKED or RELEASED) into its set, merged with free neighbours
+ * of the same set. Backed and released neighbours are not merged: a merged span would have to
+ * be either re-released (a system call on every free) or counted as resident when it is not. */
+static void pageheap_insert_coalesced(span_t *span) {
+  uintptr_t end = span->start + span->npages * PAGE_SIZE;
+  span_t *left = span->start >= PAGE_SIZE ? pagemap_span(span->start - PAGE_SIZE) : NULL;
+  if (left && left->state == span->state && left->start + left->npages * PAGE_SIZE == span->start) {
+    pageheap_remove(left);
+    span->start = left->start;
+    span->npages += left->npages;
+    if (left->freed_ms > span->freed_ms) span->freed_ms = left->freed_ms;
+    span_delete(left);
+  }
+  span_t *right = pagemap_span(end);
+  if (right && right->state == span->state && right->start == end) {
+    pageheap_remove(right);
+    span->npages += right->npages;
+    if (right->freed_ms > span->freed_ms) span->freed_ms = right->freed_ms;
+    span_delete(right);
+  }
+  pageheap_insert(span);
+}
+
+/* Splits the first npages pages off a free span that is in no list; the rest goes back free. */
+static bool pageheap_carve(span_t *span, size_t npages) {
+  if (span->npages == npages) return true;
+  span_t *rest = span_new(span->start + npages * PAGE_SIZE, span->npages - npages, span->state);
+  if (rest == NULL) return false;
+  rest->freed_ms = span->freed_ms;
+  span->npages = (uint32_t)npages;
+  pageheap_insert(rest);
+  return true;
+}
+
+/* ---- release to the OS --------------------------------------------------------------------- */
+
+static void pageheap_release_span(span_t *span) {
+  pageheap_remove(span);
+  size_t bytes = span->npages * PAGE_SIZE;
+  os_release((void *)span->start, bytes);
+  pageheap.release_calls++;
+  pageheap.released_bytes_total += bytes;
+  span->state = SPAN_FREE_RELEASED;
+  pageheap_insert_coalesced(span);
+}
+
+/* Releases backed spans free for longer than decay_ms, then the oldest until at most retain_max
+ * bytes stay backed. Requires the lock. */
+static void pageheap_decay(uint64_t now) {
+  uint64_t decay = (uint64_t)option(OPTION_DECAY_MS);
+  size_t retain = (size_t)option(OPTION_RETAIN_MAX);
+  span_t *s;
+  while ((s = pageheap.oldest) != NULL &&
+         (s->freed_ms + decay <= now || pageheap.backed.bytes > retain))
+    pageheap_release_span(s);
+  pageheap.next_decay_ms = pageheap.oldest ? pageheap.oldest->freed_ms + decay : UINT64_MAX;
+}
+
+void pageheap_maybe_decay(void) {
+  uint64_t now = os_now_ms();
+  if (now < __atomic_load_n(&pageheap.next_decay_ms, __ATOMIC_RELAXED)) return;
+  pthread_mutex_lock(&pageheap.lock);
+  pageheap_decay(now);
+  pthread_mutex_unlock(&pageheap.lock);
+}
+
+size_t pageheap_release_all(void) {
+  pthread_mutex_lock(&pageheap.lock);
+  size_t before = pageheap.released_bytes_total;
+  while (pageheap.oldest != NULL) pageheap_release_span(pageheap.oldest);
+  pageheap.next_decay_ms = UINT64_MAX;
+  size_t released = pageheap.released_bytes_total - before;
+  pthread_mutex_unlock(&pageheap.lock);
+  return released;
+}
+
+/* ---- allocation ------------------------------------------------------------------------------ */
+
+/* Takes address space from the OS: a new released span (fresh pages are zero and not resident). */
+static bool pageheap_grow(size_t npages) {
+  size_t bytes = npages * PAGE_SIZE;
+  if (bytes < OS_CHUNK_SIZE) bytes = OS_CHUNK_SIZE;
+  void *p = os_map(bytes, PAGE_SIZE);
+  if (p == NULL) return false;
+  if (!pagemap_ensure((uintptr_t)p, bytes / PAGE_SIZE)) {
+    os_unmap(p, bytes);
+    return false;
+  }
+  span_t *span = span_new((uintptr_t)p, bytes / PAGE_SIZE, SPAN_FREE_RELEASED);
+  if (span == NULL) {
+    os_unmap(p, bytes);
+    return false;
+  }
+  pageheap_insert_coalesced(span);
+  return true;
+}
+
+static span_t *pageheap_alloc_direct(size_t npages, size_t align_pages) {
+  size_t bytes = npages * PAGE_SIZE;
+  void *p = os_map(bytes, align_pages * PAGE_SIZE);
+  if (p == NULL) return NULL;
+  pthread_mutex_lock(&pageheap.lock);
+  span_t *span = pagemap_ensure((uintptr_t)p, npages) ? span_new((uintptr_t)p, npages, SPAN_LARGE) : NULL;
+  if (span != NULL) {
+    span->direct = 1;
+    pagemap_set_ends(span);
+    pageheap.direct_bytes += bytes;
+    pageheap.direct_blocks++;
+  }
+  pthread_mutex_unlock(&pageheap.lock);
+  if (span == NULL) os_unmap(p, bytes);
+  return span;
+}
+
+span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, bool *zeroed) {
+  if (npages == 0 || npages > UINT32_MAX || align_pages > UINT32_MAX) return NULL;
+  if (sizeclass == 0 && npages * PAGE_SIZE >= (size_t)option(OPTION_RELEASE_LARGE)) {
+    if (zeroed) *zeroed = true;
+    return pageheap_alloc_direct(npages, align_pages);
+  }
+  size_t need = npages + align_pages - 1;
+  pthread_mutex_lock(&pageheap.lock);
+  pageheap_decay(os_now_ms());
+  span_t *span = pageheap_find(&pageheap.backed, need);
+  if (span == NULL) span = pageheap_find(&pageheap.released, need);
+  if (span == NULL && pageheap_grow(need)) span = pageheap_find(&pageheap.released, need);
+  if (span == NULL) {
+    pthread_mutex_unlock(&pageheap.lock);
+    return NULL;
+  }
+  pageheap_remove(span);
+  uint8_t free_state = span->state;
+  uintptr_t align = align_pages * PAGE_SIZE;
+  size_t lead = ((align - span->start % align) % align) / PAGE_SIZE;
+  if (lead > 0) { /* give back the pages before the aligned start */
+    span_t *front = span;
+    if (!pageheap_carve(front, lead)) goto fail;
+    span = pagemap_span(front->start + lead * PAGE_SIZE); /* the rest, just inserted */
+    pageheap_remove(span);
+    span->state = SPAN_LARGE; /* taken: the front must not coalesce with it */
+    pageheap_insert_coalesced(front);
+    span->state = free_state;
+  }
+  if (!pageheap_carve(span, npages)) goto fail;
+  if (zeroed) *zeroed = free_state == SPAN_FREE_RELEASED;
+  if (sizeclass != 0) {
+    span->state = SPAN_SMALL;
+    span->sizeclass = (uint8_t)sizeclass;
+    pagemap_set_small(span);
+    pageheap.small_span_bytes += npages * PAGE_SIZE;
+  } else {
+    span->state = SPAN_LARGE;
+    span->sizeclass = 0;
+    pagemap_set_ends(span);
+    pageheap.large_bytes += npages * PAGE_SIZE;
+  }
+  pthread_mutex_unlock(&pageheap.lock);
+  return span;
+fail:
+  pageheap_insert_coalesced(span);
+  pthread_mutex_unlock(&pageheap.lock);
+  return NULL;
+}
+
+/* ---- freeing --------------------------------------------------------------------------------- */
+
+void pageheap_free(span_t *span) {
+  if (span->direct) {
+    pthread_mutex_lock(&pageheap.lock);
+    if (span->state != SPAN_LARGE) check_fail_double_free("free()", (void *)span->start);
+    size_t bytes = span->npages * PAGE_SIZE;
+    void *start = (void *)span->start;
+    pagemap_clear_ends(span);
+    span_delete(span);
+    pageheap.direct_bytes -= bytes;
+    pageheap.direct_blocks--;
+    pthread_mutex_unlock(&pageheap.lock);
+    os_unmap(start, bytes);
+    return;
+  }
+  uint64_t now = os_now_ms();
+  pthread_mutex_lock(&pageheap.lock);
+  if (span->state == SPAN_SMALL) {
+    pagemap_clear_small(span);
+    pageheap.small_span_bytes -= span->npages * PAGE_SIZE;
+  } else if (span->state == SPAN_LARGE) {
+    pageheap.large_bytes -= span->npages * PAGE_SIZE;
+  } else {
+    check_fail_double_free("free()", (void *)span->start);
+  }
+  span->state = SPAN_FREE_BACKED;
+  span->sizeclass = 0;
+  span->freed_ms = now;
+  pageheap_insert_coalesced(span);
+  pageheap_decay(now);
+  pthread_mutex_unlock(&pageheap.lock);
+}
+
+bool pageheap_resize_in_place(span_t *span, size_t new_npages) {
+  if (span->direct || new_npages == 0 || new_npages > UINT32_MAX) return false;
+  bool done = false;
+  pthread_mutex_lock(&pageheap.lock);
+  if (new_npages < span->npages) {
+    span_t *tail = span_new(span->start + new_npages * PAGE_SIZE, span->npages - new_npages, SPAN_FREE_BACKED);
+    if (tail != NULL) {
+      pageheap.large_bytes -= tail->npages * PAGE_SIZE;
+      tail->freed_ms = os_now_ms();
+      span->npages = (uint32_t)new_npages;
+      pagemap_set_ends(span);
+      pageheap_insert_coalesced(tail);
+      done = true;
+    }
+  } else {
+    size_t extra = new_npages - span->npages;
+    uintptr_t end = span->start + span->npages * PAGE_SIZE;
+    span_t *right = pagemap_span(end);
+    if (right && right->start == end && right->npages >= extra &&
+        (right->state == SPAN_FREE_BACKED || right->state == SPAN_FREE_RELEASED)) {
+      pageheap_remove(right);
+      if (pageheap_carve(right, extra)) {
+        span_delete(right);
+        span->npages = (uint32_t)new_npages;
+        pagemap_set_ends(span);
+        pageheap.large_bytes += extra * PAGE_SIZE;
+        done = true;
+      } else {
+        pageheap_insert(right);
+      }
+    }
+  }
+  pthread_mutex_unlock(&pageheap.lock);
+  return done;
+}
+
+span_t *pageheap_remap(span_t *span, size_t new_npages) {
+  size_t old_bytes = span->npages * PAGE_SIZE, new_bytes = new_npages * PAGE_SIZE;
+  if (!span->direct || new_npages > UINT32_MAX) return NULL;
+  void *p = os_remap((void *)span->start, old_bytes, new_bytes);
+  if (p == NULL) return NULL;
+  pthread_mutex_lock(&pageheap.lock);
+  if (!pagemap_ensure((uintptr_t)p, new_npages)) {
+    /* No page-map leaf for the new place (out of memory): the block must not stay there. */
+    pthread_mutex_unlock(&pageheap.lock);
+    if (p != (void *)span->start && os_remap_fixed(p, new_bytes, old_bytes, (void *)span->start)) return NULL;
+    if (p == (void *)span->start) return NULL;
+    check_fail("realloc(): cannot track a moved mapping", p);
+  }
+  pagemap_clear_ends(span);
+  span->start = (uintptr_t)p;
+  span->npages = (uint32_t)new_npages;
+  pagemap_set_ends(span);
+  pageheap.direct_bytes += new_bytes - old_bytes;
+  pthread_mutex_unlock(&pageheap.lock);
+  return span;
+}
+
+/* ---- process life, statistics ---------------------------------------------------------------- */
+
+void pageheap_init(void) { pageheap.next_decay_ms = UINT64_MAX; }
+
+void pageheap_lock_for_fork(void) { pthread_mutex_lock(&pageheap.lock); }
+
+void pageheap_unlock_after_fork(bool child) {
+  if (child) pthread_mutex_init(&pageheap.lock, NULL);
+  else pthread_mutex_unlock(&pageheap.lock);
+}
+
+void pageheap_stats(pageheap_stats_t *out) {
+  pthread_mutex_lock(&pageheap.lock);
+  out->free_backed_bytes = pageheap.backed.bytes;
+  out->free_released_bytes = pageheap.released.bytes;
+  out->small_span_bytes = pageheap.small_span_bytes;
+  out->large_bytes = pageheap.large_bytes;
+  out->direct_bytes = pageheap.direct_bytes;
+  out->direct_blocks = pageheap.direct_blocks;
+  out->free_spans = pageheap.free_spans;
+  out->release_calls = pageheap.release_calls;
+  out->released_bytes_total = pageheap.released_bytes_total;
+  pthread_mutex_unlock(&pageheap.lock);
+}

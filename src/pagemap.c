@@ -1,0 +1,55 @@
+/* Page map: page number -> span (and, for pages of small spans, the span's start and size class,
+ * which is all free() needs). A two-level radix tree: readers take no lock and
+ * see either NULL or a fully zeroed leaf (published with release order); all writers hold the
+ * page heap's lock. Leaves are never freed, so a stale read is always safe memory. */
+#include <string.h>
+
+#include "internal.h"
+#include "os.h"
+
+pagemap_leaf_t *pagemap_root[PAGEMAP_ROOT_LEN];
+
+bool pagemap_ensure(uintptr_t start, size_t npages) {
+  uintptr_t first = start >> PAGEMAP_LEAF_SHIFT;
+  uintptr_t last = (start + npages * PAGE_SIZE - 1) >> PAGEMAP_LEAF_SHIFT;
+  if (last >= PAGEMAP_ROOT_LEN) return false;
+  for (uintptr_t i = first; i <= last; i++) {
+    if (pagemap_root[i] != NULL) continue;
+    pagemap_leaf_t *leaf = os_map(sizeof(pagemap_leaf_t), PAGE_SIZE);
+    if (leaf == NULL) return false;
+    stats_metadata_add(sizeof(pagemap_leaf_t));
+    __atomic_store_n(&pagemap_root[i], leaf, __ATOMIC_RELEASE);
+  }
+  return true;
+}
+
+span_t *pagemap_span(uintptr_t addr) {
+  pagemap_leaf_t *leaf = pagemap_leaf_of(addr);
+  return leaf ? leaf->spans[(addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)] : NULL;
+}
+
+static void pagemap_set(uintptr_t addr, span_t *span, uintptr_t small) {
+  pagemap_leaf_t *leaf = pagemap_root[addr >> PAGEMAP_LEAF_SHIFT];
+  size_t i = (addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1);
+  leaf->spans[i] = span;
+  __atomic_store_n(&leaf->small[i], small, __ATOMIC_RELEASE);
+}
+
+void pagemap_set_ends(span_t *span) {
+  pagemap_set(span->start, span, 0);
+  pagemap_set(span->start + (span->npages - 1) * PAGE_SIZE, span, 0);
+}
+
+void pagemap_set_small(span_t *span) {
+  for (uint32_t i = 0; i < span->npages; i++)
+    pagemap_set(span->start + i * PAGE_SIZE, span, PAGEMAP_SMALL_ENTRY(span->start, span->sizeclass));
+}
+
+void pagemap_clear_small(span_t *span) {
+  for (uint32_t i = 0; i < span->npages; i++) pagemap_set(span->start + i * PAGE_SIZE, NULL, 0);
+}
+
+void pagemap_clear_ends(span_t *span) {
+  pagemap_set(span->start, NULL, 0);
+  pagemap_set(span->start + (span->npages - 1) * PAGE_SIZE, NULL, 0);
+}

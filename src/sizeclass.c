@@ -1,0 +1,62 @@
+/* Size classes: request size -> class, and per-class constants derived from the generated table
+ * (sizeclass_table.h, made by tools/gen_sizeclasses.py). Written once at process init, read-only
+ * afterwards, so no lock. Does not decide anything about caching: see tcache.c and central.c. */
+#include "internal.h"
+
+/* One byte per 8-byte step of request size up to SMALL_MAX (32 KiB of table, of which a program
+ * touches the lines of the sizes it uses): one load, no branch on the size range. All zero until
+ * sizeclass_init, and class 0's thread-cache list is always empty, so a malloc before init goes
+ * to the slow path, which initializes. */
+uint8_t sizeclass_lookup[SIZECLASS_LOOKUP_SLOTS];
+
+#define SIZECLASS_SIZE_ROW(cls, size, pages) [cls] = size,
+#define SIZECLASS_PAGES_ROW(cls, size, pages) [cls] = pages,
+uint32_t sizeclass_size[SIZECLASS_COUNT] = {SIZECLASS_ROWS(SIZECLASS_SIZE_ROW)};
+uint8_t sizeclass_pages[SIZECLASS_COUNT] = {SIZECLASS_ROWS(SIZECLASS_PAGES_ROW)};
+uint64_t sizeclass_magic[SIZECLASS_COUNT];
+uint16_t sizeclass_batch[SIZECLASS_COUNT];
+
+/* Divisibility test by multiplication (Lemire, Kaser & Kurz 2019): for 32-bit n and
+ * M = floor((2^64 - 1) / d) + 1, n is a multiple of d iff n * M (mod 2^64) < M. One multiply
+ * instead of a division on free()'s path. Class 0 keeps M = 0, which no offset passes: the
+ * same test rejects pages that are not small-object pages. */
+static uint64_t sizeclass_divisibility_magic(uint32_t d) { return UINT64_MAX / d + 1; }
+
+void sizeclass_init(unsigned min_align, unsigned batch_max) {
+  for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
+    uint32_t size = sizeclass_size[cls];
+    uint32_t batch = (uint32_t)((64u << 10) / size);
+    if (batch < 2) batch = 2;
+    if (batch > batch_max) batch = batch_max;
+    sizeclass_batch[cls] = (uint16_t)batch;
+    sizeclass_magic[cls] = sizeclass_divisibility_magic(size);
+  }
+  /* Requests of 0..8 bytes (slots 0 and 1) use the 8-byte class only when asked. */
+  unsigned cls = min_align == 8 ? SIZECLASS_EIGHT : SIZECLASS_EIGHT + 1;
+  for (size_t slot = 0; slot < SIZECLASS_LOOKUP_SLOTS; slot++) {
+    while (sizeclass_size[cls] < slot * 8) cls++;
+    sizeclass_lookup[slot] = (uint8_t)cls;
+  }
+}
+
+unsigned sizeclass_for_aligned(size_t size, size_t alignment) {
+  if (size > SMALL_MAX || alignment > PAGE_SIZE) return 0;
+  if (size < alignment) size = alignment;
+  for (unsigned cls = sizeclass_of(size); cls < SIZECLASS_COUNT; cls++)
+    if (sizeclass_size[cls] % alignment == 0) return cls;
+  return 0;
+}
+
+bool sizeclass_check(void) {
+  for (unsigned cls = 2; cls < SIZECLASS_COUNT; cls++) {
+    if (sizeclass_size[cls] <= sizeclass_size[cls - 1]) return false;
+    if (sizeclass_size[cls] % 16 != 0) return false;
+    if ((size_t)sizeclass_pages[cls] * PAGE_SIZE < sizeclass_size[cls]) return false;
+  }
+  for (size_t n = 0; n <= SMALL_MAX; n++) {
+    unsigned cls = sizeclass_of(n);
+    if (cls == 0 || sizeclass_size[cls] < n) return false;
+    if (cls > 2 && sizeclass_size[cls - 1] >= n) return false; /* not the smallest fit */
+  }
+  return true;
+}

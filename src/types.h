@@ -1,0 +1,104 @@
+/* The core structures shared by more than one layer. Each is owned by one file (named in its
+ * comment) and touched elsewhere only through that file's functions, except where noted. */
+#ifndef QM_TYPES_H
+#define QM_TYPES_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "sizeclass_table.h"
+
+/* ---- span (span.c, pageheap.c, central.c) ------------------------------------------------- */
+
+typedef enum {
+  SPAN_DEAD = 0,      /* struct on the span free list, describes nothing */
+  SPAN_FREE_BACKED,   /* free pages that may be resident (recently used) */
+  SPAN_FREE_RELEASED, /* free pages returned to the OS (or never touched) */
+  SPAN_SMALL,         /* carved into objects of one size class, owned by central.c */
+  SPAN_LARGE          /* one large object handed to the program */
+} span_state_t;
+
+/* A run of pages. 64 bytes, so the header of a 1-page span of 8-byte objects is 0.8% of it. */
+typedef struct span_s {
+  uintptr_t start;     /* address of the first page */
+  uint32_t npages;
+  uint8_t sizeclass;   /* SPAN_SMALL only */
+  uint8_t state;       /* span_state_t */
+  uint8_t direct;      /* SPAN_LARGE: a mapping of its own (huge block), unmapped when freed */
+  uint8_t unused;
+  struct span_s *next; /* page-heap free list, or the central list of spans with free objects */
+  struct span_s *prev;
+  union {
+    struct {            /* SPAN_SMALL */
+      void *freelist;   /* objects given back to this span */
+      uint32_t bump;    /* byte offset of the first object never handed out (lazy carving) */
+      uint32_t allocated; /* objects out of this span: in programs, thread or transfer caches */
+    } small;
+    struct {            /* SPAN_FREE_BACKED: list of backed free spans, oldest first (decay) */
+      struct span_s *newer;
+      struct span_s *older;
+    } age;
+    struct {            /* SPAN_LARGE */
+      size_t requested; /* bytes the program asked for (statistics) */
+    } large;
+  } u;
+  uint64_t freed_ms;    /* SPAN_FREE_BACKED: when it became free (decay clock) */
+} span_t;
+
+/* ---- page map (pagemap.c) ----------------------------------------------------------------- */
+
+/* small[] is what free()'s fast path reads: for a page of a small span, the span's start address
+ * with the size class in its low 8 bits (spans are page-aligned, so the bits are free), from which
+ * the object's offset and class follow without touching the span; 0 for every other page.
+ * spans[] is set for every page of a small span and for the first and last pages of other spans
+ * (all that coalescing and large frees need). */
+typedef struct pagemap_leaf_s {
+  uintptr_t small[PAGEMAP_LEAF_LEN];
+  span_t *spans[PAGEMAP_LEAF_LEN];
+} pagemap_leaf_t;
+
+#define PAGEMAP_SMALL_ENTRY(span_start, cls) ((uintptr_t)(span_start) | (uintptr_t)(cls))
+
+/* ---- thread cache (tcache.c; the fast paths in api.c read and write it too) ---------------- */
+
+/* 16 bytes, so a list is found with one shift. Lengths fit 16 bits: TCACHE_LIST_MAX_LENGTH. */
+typedef struct tcache_list_s {
+  void *head;          /* singly linked through each object's first word */
+  uint16_t length;
+  uint16_t max_length; /* grows on misses within the budget; 0 sends every free to the slow path */
+  uint16_t low_water;  /* least length since the last garbage collection */
+  uint16_t overages;   /* times the list overflowed max_length since it last shrank */
+} tcache_list_t;
+
+typedef enum { TCACHE_UNINIT = 0, TCACHE_LIVE, TCACHE_DEAD } tcache_state_t;
+
+typedef struct tcache_s {
+  tcache_list_t lists[SIZECLASS_COUNT];
+  /* The budget bounds capacity, not contents: capacity = sum of max_length * class size, so the
+   * bytes a cache holds never exceed max_size, and neither fast path has to count bytes. */
+  size_t capacity;
+  size_t max_size;            /* this thread's budget in bytes; others may lower it (stealing) */
+  uint8_t state;              /* tcache_state_t */
+  uint8_t gc_idle;            /* growth attempts to let pass before collecting again */
+  struct tcache_s *next, *prev; /* registry of live caches, under tcache's registry lock */
+  /* statistics, written only by the owner */
+  uint64_t refills, flushes, gc_runs;
+  uint64_t bytes_flushed_gc;
+} tcache_t;
+
+/* ---- central free lists (central.c) ------------------------------------------------------- */
+
+typedef struct central_s {
+  pthread_mutex_t lock;   /* protects everything below */
+  span_t *nonempty;       /* spans of this class with an object to hand out (doubly linked) */
+  uint32_t batch;         /* objects per transfer batch */
+  uint32_t transfer_capacity; /* batches the transfer cache may hold */
+  uint32_t transfer_count;    /* full batches held now */
+  void *transfer[TRANSFER_SLOTS]; /* each a NULL-terminated chain of exactly `batch` objects */
+  uint64_t spans_in_use;  /* small spans of this class (statistics) */
+  uint64_t free_in_spans; /* objects free inside those spans */
+} __attribute__((aligned(QM_CACHELINE))) central_t;
+
+#endif

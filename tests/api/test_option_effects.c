@@ -1,0 +1,148 @@
+/* Every option changes what it says. The test runs itself again as a child with QMALLOC_*
+ * settings (options are read at load time), the child runs a small workload and prints qmalloc's
+ * statistics as JSON, and the parent compares the numbers against a run with the defaults. */
+#include <malloc.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "qmalloc.h"
+#include "testutil.h"
+
+void free_sized(void *ptr, size_t size);
+
+/* ---- child side: workloads ---- */
+
+static void churn(void) { /* many small objects out and back: exercises the thread cache */
+  static void *objs[4000];
+  for (int round = 0; round < 20; round++) {
+    for (int i = 0; i < 4000; i++) objs[i] = malloc(64 + (i % 4) * 64);
+    for (int i = 0; i < 4000; i++) free(objs[i]);
+  }
+}
+
+static int child(const char *workload) {
+  if (strcmp(workload, "churn") == 0) churn();
+  if (strcmp(workload, "large-free") == 0) { /* 4 MiB freed, then some time and activity */
+    char *p = malloc(4 << 20);
+    memset(p, 1, 4 << 20);
+    free(p);
+    usleep(50 * 1000);
+    free(malloc(300 << 10));
+  }
+  if (strcmp(workload, "keep-2m") == 0) memset(malloc(2 << 20), 1, 2 << 20);
+  if (strcmp(workload, "usable-8") == 0) printf("usable %zu\n", malloc_usable_size(malloc(8)));
+  if (strcmp(workload, "bad-sized-free") == 0) free_sized(malloc(100), 5000);
+  if (strcmp(workload, "good-sized-free") == 0) free_sized(malloc(100), 100);
+  fflush(stdout);
+  qm_stats_print(1, QM_STATS_JSON);
+  return 0;
+}
+
+/* ---- parent side ---- */
+
+typedef struct {
+  char out[1 << 16], err[1 << 14];
+  int status;
+} run_t;
+
+static void drain(int fd, char *buf, size_t cap) {
+  size_t at = 0;
+  ssize_t n;
+  while (at + 1 < cap && (n = read(fd, buf + at, cap - 1 - at)) > 0) at += (size_t)n;
+  buf[at] = '\0';
+}
+
+/* Runs this program as a child: workload, with the given "NAME=value" settings (or NULL). */
+static void run(run_t *r, const char *workload, const char *setting) {
+  int out[2], err[2];
+  if (pipe(out) || pipe(err)) abort();
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    close(out[0]);
+    close(err[0]);
+    if (setting) putenv((char *)setting);
+    execl("/proc/self/exe", "test_option_effects", "child", workload, (char *)NULL);
+    _exit(127);
+  }
+  close(out[1]);
+  close(err[1]);
+  drain(out[0], r->out, sizeof r->out); /* small outputs: reading one after the other is safe */
+  drain(err[0], r->err, sizeof r->err);
+  close(out[0]);
+  close(err[0]);
+  waitpid(pid, &r->status, 0);
+}
+
+static long long field(const run_t *r, const char *name) {
+  char key[64];
+  snprintf(key, sizeof key, "\"%s\": ", name);
+  const char *at = strstr(r->out, key);
+  return at ? atoll(at + strlen(key)) : -1;
+}
+
+static bool exited_ok(const run_t *r) { return WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0; }
+
+int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "child") == 0) return child(argv[2]);
+  static run_t base, r;
+
+  run(&base, "churn", NULL);
+  CHECK(exited_ok(&base) && field(&base, "refills") > 0);
+  run(&r, "churn", "QMALLOC_TCACHE_MAX=64K");
+  CHECK_MSG(field(&r, "flushes") + field(&r, "gc_runs") > field(&base, "flushes") + field(&base, "gc_runs"),
+            "tcache_max: flushes+gc %lld vs %lld", field(&r, "flushes") + field(&r, "gc_runs"),
+            field(&base, "flushes") + field(&base, "gc_runs"));
+  run(&r, "churn", "QMALLOC_TRANSFER_BATCH=2");
+  CHECK_MSG(field(&r, "refills") > 4 * field(&base, "refills"), "transfer_batch: refills %lld vs %lld",
+            field(&r, "refills"), field(&base, "refills"));
+  run(&r, "churn", "QMALLOC_TCACHE_TOTAL=1M");
+  CHECK_MSG(field(&r, "unclaimed_budget") <= (1 << 20) && field(&base, "unclaimed_budget") > (8 << 20),
+            "tcache_total: unclaimed %lld vs %lld", field(&r, "unclaimed_budget"), field(&base, "unclaimed_budget"));
+
+  run(&base, "large-free", NULL);
+  CHECK(exited_ok(&base));
+  CHECK_EQ(field(&base, "released_bytes_total"), 0); /* 10 s decay: still backed */
+  CHECK(field(&base, "pageheap_free") >= (4 << 20));
+  run(&r, "large-free", "QMALLOC_DECAY_MS=0");
+  CHECK(field(&r, "released_bytes_total") >= (4 << 20));
+  run(&r, "large-free", "QMALLOC_RETAIN_MAX=0");
+  CHECK(field(&r, "released_bytes_total") >= (4 << 20));
+  CHECK_EQ(field(&r, "pageheap_free"), 0);
+
+  run(&base, "keep-2m", NULL);
+  CHECK_EQ(field(&base, "huge_blocks"), 0);
+  run(&r, "keep-2m", "QMALLOC_RELEASE_LARGE=1M");
+  CHECK_EQ(field(&r, "huge_blocks"), 1);
+
+  run(&base, "usable-8", NULL);
+  CHECK(strstr(base.out, "usable 16\n") != NULL);
+  run(&r, "usable-8", "QMALLOC_MIN_ALIGN=8");
+  CHECK(strstr(r.out, "usable 8\n") != NULL);
+
+  run(&r, "good-sized-free", "QMALLOC_CHECK=2");
+  CHECK(exited_ok(&r));
+  run(&r, "bad-sized-free", "QMALLOC_CHECK=2");
+  CHECK(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGABRT);
+  CHECK_MSG(strstr(r.err, "qmalloc: free_sized(): size 5000 does not match the block 0x") != NULL, "stderr: %s", r.err);
+
+  run(&r, "good-sized-free", "QMALLOC_VERBOSE=1");
+  CHECK_MSG(strstr(r.err, "tcache_max") != NULL && strstr(r.err, "decay_ms") != NULL, "stderr: %s", r.err);
+  run(&r, "good-sized-free", "QMALLOC_STATS=1");
+  CHECK(strstr(r.err, "bytes mapped from the OS") != NULL);
+  run(&r, "good-sized-free", "QMALLOC_STATS=2");
+  CHECK(strstr(r.err, "{\"qmalloc\": ") != NULL);
+  run(&base, "good-sized-free", NULL);
+  CHECK_EQ(strlen(base.err), 0); /* defaults: qmalloc prints nothing */
+
+  run(&r, "good-sized-free", "QMALLOC_DECAY_MS=soon");
+  CHECK(exited_ok(&r));
+  CHECK_MSG(strstr(r.err, "qmalloc: warning: QMALLOC_DECAY_MS=soon is not valid") != NULL, "stderr: %s", r.err);
+  return tu_summary("option_effects");
+}

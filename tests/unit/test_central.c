@@ -1,0 +1,69 @@
+/* Central lists: a whole batch goes through the transfer cache untouched; partial chains go
+ * back to their spans; a span whose objects are all back returns to the page heap; a double
+ * return is caught (death test in a child). */
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "testutil.h"
+
+int main(void) {
+  init_process();
+  unsigned cls = sizeclass_of(96);
+  central_t *c = &central_lists[cls];
+  central_drain_transfer();
+
+  void *head = NULL;
+  unsigned got = central_remove(cls, &head, c->batch);
+  CHECK_EQ(got, c->batch);
+  unsigned n = 0;
+  for (void *p = head; p; p = *(void **)p) n++;
+  CHECK_EQ(n, c->batch);
+  uint32_t before = c->transfer_count;
+  central_insert(cls, head, c->batch);
+  CHECK_EQ(c->transfer_count, before + 1);
+  void *again = NULL;
+  CHECK_EQ(central_remove(cls, &again, c->batch), c->batch);
+  CHECK(again == head); /* the same chain, handed over whole */
+  CHECK_EQ(c->transfer_count, before);
+
+  /* Return the chain one object at a time (not a batch): objects go back to their spans and a
+   * span with nothing out leaves the class. */
+  uint64_t spans_before = c->spans_in_use;
+  while (again) {
+    void *next = *(void **)again;
+    *(void **)again = NULL;
+    central_insert(cls, again, 1);
+    again = next;
+  }
+  CHECK(c->spans_in_use <= spans_before);
+
+  /* A whole span's worth out and back: the span goes to the page heap. */
+  unsigned per_span = (unsigned)(sizeclass_pages[cls] * PAGE_SIZE / sizeclass_size[cls]);
+  central_drain_transfer();
+  uint64_t spans0 = c->spans_in_use;
+  void *all = NULL;
+  CHECK_EQ(central_remove(cls, &all, per_span), per_span);
+  CHECK(c->spans_in_use >= spans0);
+  central_insert(cls, all, per_span);
+  central_drain_transfer();
+  CHECK_EQ(c->spans_in_use, spans0);
+
+  /* Returning an object twice is fatal once its span has nothing out: a class with one object per
+   * span makes that immediate. */
+  unsigned big = sizeclass_of(200000);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(2);
+    void *one;
+    central_remove(big, &one, 1);
+    *(void **)one = NULL;
+    central_insert(big, one, 1);
+    central_insert(big, one, 1);
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+  return tu_summary("central");
+}

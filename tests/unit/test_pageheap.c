@@ -1,0 +1,105 @@
+/* Page heap: coalescing of free neighbours, aligned carving, decay releasing a span that is then
+ * reused (and known zero), the retain cap, release of everything (trim), in-place growth of a
+ * large block, and huge blocks as mappings of their own that mremap moves without copying. */
+#include <string.h>
+
+#include "internal.h"
+#include "testutil.h"
+
+static span_t *free_span_at(uintptr_t addr) {
+  span_t *s = pagemap_span(addr);
+  return s && (s->state == SPAN_FREE_BACKED || s->state == SPAN_FREE_RELEASED) ? s : NULL;
+}
+
+int main(void) {
+  init_process();
+  options_values[OPTION_DECAY_MS] = 3600000; /* nothing decays unless a test says so */
+  options_values[OPTION_RETAIN_MAX] = (long long)1 << 40;
+
+  /* Three neighbours carved in order from one free span, freed out of order: one free span. */
+  span_t *a = pageheap_alloc(2, 1, 0, NULL), *b = pageheap_alloc(3, 1, 0, NULL), *c = pageheap_alloc(4, 1, 0, NULL);
+  CHECK(a && b && c);
+  CHECK_EQ(b->start, a->start + 2 * PAGE_SIZE);
+  CHECK_EQ(c->start, b->start + 3 * PAGE_SIZE);
+  uintptr_t base = a->start;
+  pageheap_free(a);
+  pageheap_free(c);
+  CHECK(free_span_at(base) != NULL && free_span_at(base)->npages == 2);
+  pageheap_free(b);
+  span_t *merged = free_span_at(base);
+  CHECK(merged != NULL && merged->start == base && merged->npages >= 9);
+  CHECK(merged != NULL && merged->state == SPAN_FREE_BACKED);
+
+  /* Aligned carving: the start is aligned and the pages before it stay free. */
+  span_t *al = pageheap_alloc(3, 16, 0, NULL);
+  CHECK(al != NULL && al->start % (16 * PAGE_SIZE) == 0);
+  pageheap_free(al);
+
+  /* Decay 0: a freed span is released at once; the next request of that size reuses it, zeroed. */
+  pageheap_stats_t before, after;
+  span_t *d = pageheap_alloc(64, 1, 0, NULL);
+  memset((void *)d->start, 0xab, 64 * PAGE_SIZE);
+  uintptr_t dstart = d->start;
+  pageheap_stats(&before);
+  options_values[OPTION_DECAY_MS] = 0;
+  pageheap_free(d);
+  pageheap_stats(&after);
+  CHECK(after.released_bytes_total >= before.released_bytes_total + 64 * PAGE_SIZE);
+  CHECK(free_span_at(dstart) && free_span_at(dstart)->state == SPAN_FREE_RELEASED);
+  options_values[OPTION_DECAY_MS] = 3600000;
+  CHECK(((unsigned char *)dstart)[100] == 0); /* MADV_DONTNEED: the pages are zero again */
+  pageheap_release_all(); /* nothing backed left: the next span must come from released pages */
+  size_t mapped_before = stats_mapped();
+  bool zeroed = false;
+  span_t *again = pageheap_alloc(64, 1, 0, &zeroed);
+  CHECK(again != NULL && zeroed);
+  CHECK_EQ(stats_mapped(), mapped_before); /* reused, no new address space */
+  pageheap_free(again);
+
+  /* Retain cap 0: the backed bytes never stay. */
+  options_values[OPTION_RETAIN_MAX] = 0;
+  span_t *r = pageheap_alloc(8, 1, 0, NULL);
+  memset((void *)r->start, 1, 8 * PAGE_SIZE);
+  pageheap_free(r);
+  pageheap_stats(&after);
+  CHECK_EQ(after.free_backed_bytes, 0);
+  options_values[OPTION_RETAIN_MAX] = (long long)1 << 40;
+
+  /* Trim releases every backed page at once. */
+  span_t *t = pageheap_alloc(16, 1, 0, NULL);
+  memset((void *)t->start, 1, 16 * PAGE_SIZE);
+  pageheap_free(t);
+  pageheap_stats(&before);
+  CHECK(before.free_backed_bytes >= 16 * PAGE_SIZE);
+  CHECK(pageheap_release_all() >= 16 * PAGE_SIZE);
+  pageheap_stats(&after);
+  CHECK_EQ(after.free_backed_bytes, 0);
+
+  /* In place: shrink gives the tail back; grow takes a free right neighbour. */
+  span_t *g = pageheap_alloc(10, 1, 0, NULL);
+  uintptr_t gstart = g->start;
+  CHECK(pageheap_resize_in_place(g, 4));
+  CHECK(g->npages == 4 && free_span_at(gstart + 4 * PAGE_SIZE) != NULL);
+  CHECK(pageheap_resize_in_place(g, 10));
+  CHECK(g->start == gstart && g->npages == 10);
+  CHECK(pagemap_span(gstart + 9 * PAGE_SIZE) == g);
+  pageheap_free(g);
+
+  /* Huge: a mapping of its own; mremap keeps contents; freeing unmaps it. */
+  size_t huge_pages = ((size_t)option(OPTION_RELEASE_LARGE) >> PAGE_SHIFT) + 1;
+  span_t *h = pageheap_alloc(huge_pages, 1, 0, &zeroed);
+  CHECK(h != NULL && h->direct && zeroed);
+  memset((void *)h->start, 0x5a, huge_pages * PAGE_SIZE);
+  span_t *h2 = pageheap_remap(h, huge_pages * 2);
+  CHECK(h2 != NULL);
+  if (h2) {
+    unsigned char *bytes = (unsigned char *)h2->start;
+    CHECK(bytes[0] == 0x5a && bytes[huge_pages * PAGE_SIZE - 1] == 0x5a && bytes[huge_pages * PAGE_SIZE] == 0);
+    CHECK(pagemap_span(h2->start) == h2);
+    pageheap_stats(&before);
+    pageheap_free(h2);
+    pageheap_stats(&after);
+    CHECK_EQ(before.direct_bytes - after.direct_bytes, 2 * huge_pages * PAGE_SIZE);
+  }
+  return tu_summary("pageheap");
+}

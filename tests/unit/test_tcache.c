@@ -1,0 +1,115 @@
+/* Thread cache: garbage collection moves half the low-water mark and gives the capacity back;
+ * the budget bounds capacity; new threads get less budget as threads multiply; a thread's
+ * cache goes back to the central lists when it exits. */
+#include <pthread.h>
+
+#include "internal.h"
+#include "qmalloc.h"
+#include "testutil.h"
+
+#define CLASS_SIZE 64
+
+static void *exit_with_cache(void *arg) {
+  void *objs[200];
+  for (int i = 0; i < 200; i++) objs[i] = qm_malloc(CLASS_SIZE);
+  for (int i = 0; i < 200; i++) qm_free(objs[i]);
+  *(size_t *)arg = tcache_self.lists[sizeclass_of(CLASS_SIZE)].length;
+  return NULL;
+}
+
+static pthread_barrier_t all_started, may_exit;
+static size_t budgets[16];
+
+static void *report_budget(void *arg) {
+  qm_free(qm_malloc(32)); /* set the cache up */
+  budgets[(size_t)arg] = tcache_self.max_size;
+  pthread_barrier_wait(&all_started);
+  pthread_barrier_wait(&may_exit);
+  return NULL;
+}
+
+int main(void) {
+  tcache_t *tc = &tcache_self;
+  qm_free(qm_malloc(CLASS_SIZE));
+  CHECK(tc->state == TCACHE_LIVE);
+  unsigned cls = sizeclass_of(CLASS_SIZE);
+  tcache_list_t *list = &tc->lists[cls];
+
+  /* Capacity accounting: the sum over lists of max_length * size. */
+  size_t sum = 0;
+  for (unsigned k = 1; k < SIZECLASS_COUNT; k++) sum += (size_t)tc->lists[k].max_length * sizeclass_size[k];
+  CHECK_EQ(tc->capacity, sum);
+  CHECK(tc->capacity <= tc->max_size);
+
+  /* Grow the list: many objects out and back. */
+  void *objs[256];
+  for (int round = 0; round < 4; round++) {
+    for (int i = 0; i < 256; i++) objs[i] = qm_malloc(CLASS_SIZE);
+    for (int i = 0; i < 256; i++) qm_free(objs[i]);
+  }
+  CHECK(list->length >= 40);
+  tcache_gc(tc); /* start a collection period: low water = length */
+  uint16_t start_len = list->length;
+  CHECK_EQ(list->low_water, start_len);
+  for (int i = 0; i < 10; i++) objs[i] = qm_malloc(CLASS_SIZE);
+  CHECK_EQ(list->low_water, start_len - 10);
+  for (int i = 0; i < 10; i++) qm_free(objs[i]); /* back to start_len; L stays start_len - 10 */
+  uint16_t max_before = list->max_length;
+  size_t cap_before = tc->capacity;
+  uint32_t low = start_len - 10u;
+  tcache_gc(tc);
+  CHECK_EQ(list->length, start_len - low / 2);
+  CHECK_EQ(list->max_length, max_before - low / 2);
+  CHECK(tc->capacity <= cap_before - (size_t)(low / 2) * CLASS_SIZE);
+  CHECK_EQ(list->low_water, list->length);
+  /* A second collection with no use in between takes half of what is left. */
+  uint16_t len2 = list->length;
+  tcache_gc(tc);
+  CHECK_EQ(list->length, len2 - len2 / 2);
+
+  /* Budget bounds the bytes held: fill every list hard, then compare. */
+  for (size_t size = 16; size <= 4096; size *= 2) {
+    for (int i = 0; i < 256; i++) objs[i] = qm_malloc(size);
+    for (int i = 0; i < 256; i++) qm_free(objs[i]);
+  }
+  size_t held = 0;
+  for (unsigned k = 1; k < SIZECLASS_COUNT; k++) held += (size_t)tc->lists[k].length * sizeclass_size[k];
+  CHECK(held <= tc->capacity);
+  CHECK(tc->capacity <= tc->max_size);
+
+  /* Exit hands the cache back: the thread held objects, none stay with it. */
+  tcache_totals_t totals_before, totals_after;
+  tcache_totals(&totals_before, NULL, NULL, 0);
+  size_t held_at_exit = 0;
+  pthread_t t;
+  pthread_create(&t, NULL, exit_with_cache, &held_at_exit);
+  pthread_join(t, NULL);
+  CHECK(held_at_exit > 0);
+  tcache_totals(&totals_after, NULL, NULL, 0);
+  CHECK_EQ(totals_after.threads, totals_before.threads);
+  CHECK_EQ(totals_after.bytes, totals_before.bytes);
+
+  /* Budget shrinks as threads multiply: with a 1 MiB total, the first threads get the starting
+   * size and later ones only the minimum. */
+  options_values[OPTION_TCACHE_TOTAL] = 1 << 20;
+  tcache_budget_init();
+  pthread_barrier_init(&all_started, NULL, 17);
+  pthread_barrier_init(&may_exit, NULL, 17);
+  pthread_t ts[16];
+  for (size_t i = 0; i < 16; i++) {
+    pthread_create(&ts[i], NULL, report_budget, (void *)i);
+  }
+  pthread_barrier_wait(&all_started);
+  size_t total = 0, smallest = SIZE_MAX, largest = 0;
+  for (int i = 0; i < 16; i++) {
+    total += budgets[i];
+    if (budgets[i] < smallest) smallest = budgets[i];
+    if (budgets[i] > largest) largest = budgets[i];
+  }
+  CHECK(largest == TCACHE_START_SIZE);
+  CHECK(smallest == TCACHE_STEAL_STEP);
+  CHECK(total <= (1 << 20) + 16 * TCACHE_STEAL_STEP);
+  pthread_barrier_wait(&may_exit);
+  for (int i = 0; i < 16; i++) pthread_join(ts[i], NULL);
+  return tu_summary("tcache");
+}
