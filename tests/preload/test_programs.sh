@@ -19,7 +19,7 @@ under_qmalloc() {
   shift 2
   LD_PRELOAD=$QMALLOC_SO QMALLOC_STATS=1 "$@" >"$out" 2>"$err"
 }
-show_err() { grep -v '^MALLOC:' "$1" | head -${2:-5} | sed 's/^/    | /'; }
+show_err() { head -"${2:-5}" "$1" | sed 's/^/    | /'; }
 
 # ---- python3 ----------------------------------------------------------------------------------
 # The distribution's interpreter itself, not a version-manager shim script that execs it.
@@ -83,13 +83,19 @@ if [[ $st3 -eq 0 ]] && cmp -s "$QM_TMP/ref1" "$QM_TMP/qm3"; then pass "sort from
 else fail "sort from a FIFO: status $st3, output differs"; show_err "$QM_TMP/sort3.err"; fi
 
 # ---- gcc --------------------------------------------------------------------------------------
-under_qmalloc "$QM_TMP/gcc.out" "$QM_TMP/gcc.err" gcc -O2 -Wall -o "$QM_TMP/compute" "$PROGRAMS/compute.c"
+# once without statistics, so that any line on stderr is a diagnostic; once with them
+LD_PRELOAD=$QMALLOC_SO gcc -O2 -Wall -o "$QM_TMP/compute" "$PROGRAMS/compute.c" >"$QM_TMP/gcc.out" 2>"$QM_TMP/gcc.err"
 st=$?
-if [[ $st -eq 0 && -x $QM_TMP/compute ]] && ! grep -v '^MALLOC:' "$QM_TMP/gcc.err" | grep -q .; then
+if [[ $st -eq 0 && -x $QM_TMP/compute && ! -s $QM_TMP/gcc.err ]]; then
   pass "gcc -O2 compute.c under qmalloc: compiled, no diagnostics"
 else fail "gcc under qmalloc: status $st; stderr:"; show_err "$QM_TMP/gcc.err" 10; fi
+under_qmalloc "$QM_TMP/gcc2.out" "$QM_TMP/gcc2.err" gcc -O2 -Wall -o "$QM_TMP/compute2" "$PROGRAMS/compute.c"
+st=$?
+if [[ $st -eq 0 ]] && cmp -s "$QM_TMP/compute" "$QM_TMP/compute2"; then
+  pass "gcc under qmalloc with QMALLOC_STATS=1: same binary again"
+else fail "gcc under qmalloc with QMALLOC_STATS=1: status $st, or a different binary"; fi
 # the driver, cc1, as, collect2 and ld each report: at least the driver and cc1 must
-check_stats "gcc (driver and its subprocesses)" "$QM_TMP/gcc.err" 2
+check_stats "gcc (driver and its subprocesses)" "$QM_TMP/gcc2.err" 2
 if [[ -x $QM_TMP/compute ]]; then
   out=$("$QM_TMP/compute")
   st=$?
