@@ -111,7 +111,9 @@ static void test_handler_loop() {
     } catch (...) {
     }
     if (is_nothrow(f))
-      CHECK_MSG(!caught_own && p == nullptr, "%s: the handler's exception must become nullptr", NAMES[f]);
+      CHECK_MSG(!caught_own && p == nullptr, "%s: the handler's std::bad_alloc-derived exception must become nullptr"
+                " ([new.delete.single]: nothrow new returns null if the throwing form exits via an exception);"
+                " got: %s", NAMES[f], caught_own ? "the exception escaped the noexcept operator" : "a non-null pointer");
     else
       CHECK_MSG(caught_own, "%s: the exception thrown by the new_handler did not come out of operator new", NAMES[f]);
     CHECK_MSG(handler_calls == 1, "%s: throwing handler called %d times, expected 1", NAMES[f], handler_calls);
