@@ -172,25 +172,32 @@ static bool tcache_grow_budget(tcache_t *tc, bool steal) {
 
 void tcache_gc(tcache_t *tc) {
   /* Seed 002: move half of each list's low-water mark L. Those L objects sat unused since the
-   * last collection; keeping half bets on the recent past without starving the next burst. The
-   * list's maximum shrinks by as much, which is what returns the capacity to the budget. */
-  size_t freed = 0;
+   * last collection; keeping half bets on the recent past without starving the next burst.
+   * The budget bounds capacity, so a collection also takes back capacity no list is using: a
+   * list keeps as its maximum its length or one batch, whichever is more, and earns more again
+   * by missing. Without that, a thread that only allocates (a producer) grows maxima it never
+   * fills until its budget is spent and its other lists cannot grow. */
+  size_t freed = 0, reclaimed = 0;
   for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
     tcache_list_t *list = &tc->lists[cls];
     uint32_t low = list->low_water;
     if (low > 0) {
       uint32_t drop = low > 1 ? low / 2 : 1;
       tcache_release(list, cls, drop);
-      list->max_length = (uint16_t)(list->max_length - drop);
-      tc->capacity -= (size_t)drop * sizeclass_size[cls];
       freed += (size_t)drop * sizeclass_size[cls];
+    }
+    uint32_t keep = list->length > sizeclass_batch[cls] ? list->length : sizeclass_batch[cls];
+    if (list->max_length > keep) {
+      reclaimed += (size_t)(list->max_length - keep) * sizeclass_size[cls];
+      list->max_length = (uint16_t)keep;
     }
     list->low_water = list->length;
   }
+  tc->capacity -= reclaimed;
   tc->gc_runs++;
   tc->bytes_flushed_gc += freed;
-  /* Every list in use, nothing to collect: don't rescan on each of the next growth attempts. */
-  tc->gc_idle = freed ? 0 : 32;
+  /* Nothing to take back: don't rescan on each of the next growth attempts. */
+  tc->gc_idle = reclaimed ? 0 : 32;
   pageheap_maybe_decay();
 }
 

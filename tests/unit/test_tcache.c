@@ -67,6 +67,22 @@ int main(void) {
   tcache_gc(tc);
   CHECK_EQ(list->length, len2 - len2 / 2);
 
+  /* A producer's list: grown by misses, never filled. Collection takes back the capacity it does
+   * not use: its maximum falls to one batch (its length is 0). */
+  unsigned pcls = sizeclass_of(128);
+  tcache_list_t *plist = &tc->lists[pcls];
+  static void *kept[2000];
+  for (int i = 0; i < 2000; i++) kept[i] = qm_malloc(128);
+  while (plist->length > 0) kept[0] = qm_malloc(128); /* leak a few: the list must be empty */
+  CHECK(plist->max_length > sizeclass_batch[pcls]);
+  size_t cap_producer = tc->capacity;
+  uint16_t pmax = plist->max_length;
+  tcache_gc(tc);
+  CHECK_EQ(plist->max_length, sizeclass_batch[pcls]);
+  CHECK(tc->capacity <= cap_producer - (size_t)(pmax - sizeclass_batch[pcls]) * 128);
+  CHECK(tcache_check(tc) == NULL);
+  for (int i = 1; i < 2000; i++) qm_free(kept[i]);
+
   /* Budget bounds the bytes held: fill every list hard, then compare. */
   for (size_t size = 16; size <= 4096; size *= 2) {
     for (int i = 0; i < 256; i++) objs[i] = qm_malloc(size);
