@@ -49,7 +49,10 @@ void init_process(void) {
   if (register_hooks) {
     /* These may call malloc, which now works. */
     pthread_atfork(init_fork_prepare, init_fork_parent, init_fork_child);
-    if (option(OPTION_STATS) != 0) atexit(stats_at_exit);
+    if (option(OPTION_STATS) != 0) {
+      stats_at_exit_prepare();
+      atexit(stats_at_exit);
+    }
   }
 }
 

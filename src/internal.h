@@ -150,6 +150,7 @@ typedef struct stats_snapshot_s {
 } stats_snapshot_t;
 void stats_snapshot(stats_snapshot_t *out);
 void stats_print(int fd, int format);
+void stats_at_exit_prepare(void); /* keeps a copy of stderr for the report at exit */
 void stats_at_exit(void);
 
 #endif

@@ -12,15 +12,19 @@ typedef void (*new_handler_t)(void);
 extern new_handler_t _ZSt15get_new_handlerv(void) __attribute__((weak));  /* std::get_new_handler */
 extern void _ZSt17__throw_bad_allocv(void) __attribute__((weak, noreturn)); /* std::__throw_bad_alloc */
 
+/* new_handler.cc: 1 if handler() returned, 0 if it threw. */
+int new_call_handler_nothrow(new_handler_t handler);
+
 /* [new.delete.single]: call the new-handler until it gives up; then throw, or return NULL for
- * the nothrow forms (a handler that throws propagates, as libstdc++ does without catching). */
+ * the nothrow forms (which also return NULL when the handler throws). */
 static QM_NOINLINE void *new_retry(size_t size, size_t alignment, bool nothrow) {
   for (;;) {
     void *p = alignment ? qm_aligned_alloc(alignment, size ? size : 1) : qm_malloc(size);
     if (p != NULL) return p;
     new_handler_t handler = _ZSt15get_new_handlerv ? _ZSt15get_new_handlerv() : NULL;
     if (handler == NULL) break;
-    handler();
+    if (!nothrow) handler();
+    else if (!new_call_handler_nothrow(handler)) return NULL;
   }
   if (nothrow) return NULL;
   if (_ZSt17__throw_bad_allocv) _ZSt17__throw_bad_allocv();

@@ -3,6 +3,7 @@
  * Counters live with the layer that owns them (per thread in tcache.c, per class in central.c, in
  * the page heap), so nothing is counted on the fast paths. Lock: none of its own.
  * Callers: qm_stats_print, introspect.c (glibc's API), exit (QMALLOC_STATS). */
+#include <fcntl.h>
 #include <string.h>
 
 #include "internal.h"
@@ -133,4 +134,14 @@ void stats_print(int fd, int format) {
   else stats_print_text(fd, &s);
 }
 
-void stats_at_exit(void) { stats_print(2, (int)option(OPTION_STATS) == 2); }
+/* The report at exit goes to a copy of stderr taken at start: some programs (sort, for one)
+ * close their stderr before exit handlers run. Close-on-exec and a high number, so the copy is
+ * neither inherited nor in the way of a program counting on low descriptors. */
+static int stats_exit_fd = 2;
+
+void stats_at_exit_prepare(void) {
+  int fd = fcntl(2, F_DUPFD_CLOEXEC, 200);
+  if (fd >= 0) stats_exit_fd = fd;
+}
+
+void stats_at_exit(void) { stats_print(stats_exit_fd, (int)option(OPTION_STATS) == 2); }
