@@ -111,7 +111,7 @@ void tcache_unlock_after_fork(bool child);
  * objects_per_class[cls] (adds to it) and up to max_threads per-thread rows. Takes the registry
  * lock. */
 typedef struct tcache_thread_stats_s {
-  size_t bytes, capacity, max_size;
+  size_t bytes, capacity, budget;
   uint64_t refills, flushes, gc_runs;
 } tcache_thread_stats_t;
 typedef struct tcache_totals_s {
@@ -138,6 +138,7 @@ __attribute__((noreturn)) QM_COLD void check_fail(const char *what, const void *
 void stats_mapped_add(intptr_t bytes);
 void stats_metadata_add(intptr_t bytes);
 size_t stats_mapped(void); /* bytes mapped from the OS now */
+#define STATS_THREADS_SHOWN 64
 /* One consistent-enough picture of the whole heap (each layer read under its own lock). */
 typedef struct stats_snapshot_s {
   /* the accounting identity: these add up to mapped */
@@ -147,6 +148,7 @@ typedef struct stats_snapshot_s {
   intptr_t unclaimed_budget;
   uint64_t refills, flushes, gc_runs, release_calls, released_bytes_total;
   size_t class_in_use[SIZECLASS_COUNT], class_free[SIZECLASS_COUNT], class_spans[SIZECLASS_COUNT];
+  tcache_thread_stats_t thread[STATS_THREADS_SHOWN]; /* the first live caches (threads counts all) */
 } stats_snapshot_t;
 void stats_snapshot(stats_snapshot_t *out);
 void stats_print(int fd, int format);

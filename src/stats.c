@@ -49,7 +49,7 @@ void stats_snapshot(stats_snapshot_t *s) {
   memset(s, 0, sizeof *s);
   tcache_totals_t tc;
   size_t cached[SIZECLASS_COUNT] = {0};
-  tcache_totals(&tc, cached, NULL, 0);
+  tcache_totals(&tc, cached, s->thread, STATS_THREADS_SHOWN);
   size_t span_tails = 0;
   for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
     central_t *c = &central_lists[cls];
@@ -107,6 +107,14 @@ static void stats_print_text(int fd, const stats_snapshot_t *s) {
     if (s->class_spans[cls] != 0)
       log_printf(fd, "%5u %8u %12zu %12zu %8zu %14zu\n", cls, sizeclass_size[cls], s->class_in_use[cls],
                  s->class_free[cls], s->class_spans[cls], s->class_in_use[cls] * sizeclass_size[cls]);
+  size_t shown = s->threads < STATS_THREADS_SHOWN ? s->threads : STATS_THREADS_SHOWN;
+  log_printf(fd, "------------------------------------------------ by thread cache (%zu of %zu)\n", shown, s->threads);
+  log_printf(fd, "%12s %12s %12s %10s %10s %10s\n", "bytes", "capacity", "budget", "refills", "flushes", "gc runs");
+  for (size_t i = 0; i < shown; i++) {
+    const tcache_thread_stats_t *t = &s->thread[i];
+    log_printf(fd, "%12zu %12zu %12zu %10llu %10llu %10llu\n", t->bytes, t->capacity, t->budget,
+               (unsigned long long)t->refills, (unsigned long long)t->flushes, (unsigned long long)t->gc_runs);
+  }
   log_printf(fd, "(every line is explained in docs/stats.md)\n");
 }
 
@@ -123,6 +131,14 @@ static void stats_print_json(int fd, const stats_snapshot_t *s) {
     log_printf(fd, "%s{\"class\": %u, \"size\": %u, \"in_use\": %zu, \"free\": %zu, \"spans\": %zu}", sep, cls,
                sizeclass_size[cls], s->class_in_use[cls], s->class_free[cls], s->class_spans[cls]);
     sep = ", ";
+  }
+  log_printf(fd, "], \"thread_caches_shown\": [");
+  size_t shown = s->threads < STATS_THREADS_SHOWN ? s->threads : STATS_THREADS_SHOWN;
+  for (size_t i = 0; i < shown; i++) {
+    const tcache_thread_stats_t *t = &s->thread[i];
+    log_printf(fd, "%s{\"bytes\": %zu, \"capacity\": %zu, \"budget\": %zu, \"refills\": %llu, \"flushes\": %llu, \"gc_runs\": %llu}",
+               i ? ", " : "", t->bytes, t->capacity, t->budget, (unsigned long long)t->refills,
+               (unsigned long long)t->flushes, (unsigned long long)t->gc_runs);
   }
   log_printf(fd, "]}\n");
 }

@@ -331,7 +331,7 @@ void tcache_totals(tcache_totals_t *out, size_t *objects_per_class, tcache_threa
     one.refills = __atomic_load_n(&tc->refills, __ATOMIC_RELAXED);
     one.flushes = __atomic_load_n(&tc->flushes, __ATOMIC_RELAXED);
     one.gc_runs = __atomic_load_n(&tc->gc_runs, __ATOMIC_RELAXED);
-    one.max_size = tcache_max_size(tc);
+    one.budget = tcache_max_size(tc);
     one.capacity = __atomic_load_n(&tc->capacity, __ATOMIC_RELAXED);
     for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
       size_t n = __atomic_load_n(&tc->lists[cls].length, __ATOMIC_RELAXED);

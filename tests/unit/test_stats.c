@@ -37,6 +37,10 @@ int main(void) {
 
   for (int i = 0; i < N; i++) qm_free(objs[i]);
   stats_snapshot(&after);
+  /* one thread: its row is the whole thread-cache line, and within its budget */
+  CHECK_EQ(after.threads, 1);
+  CHECK_EQ(after.thread[0].bytes, after.thread_caches);
+  CHECK(after.thread[0].bytes <= after.thread[0].capacity && after.thread[0].capacity <= after.thread[0].budget);
   CHECK_EQ(after.class_in_use[cls], before.class_in_use[cls]);
   CHECK_EQ(after.in_use, before.in_use);
   CHECK_EQ(identity_sum(&after), after.mapped);
