@@ -4,10 +4,10 @@
  * Lock: none here. Callers: programs, new_delete.c. */
 #include <errno.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "internal.h"
 #include "log.h"
+#include "os.h"
 #include "qmalloc.h"
 
 bool api_verify_sizes; /* check=2: sized frees verify the size against the page map */
@@ -76,15 +76,9 @@ static QM_NOINLINE QM_COLD void *fail_enomem(void) {
   return NULL;
 }
 
+/* An object of class cls off the fast path (aligned requests, the slow half of malloc). */
 static void *alloc_class(unsigned cls) {
-  tcache_list_t *list = &tcache_self.lists[cls];
-  void *obj = list->head;
-  if (obj != NULL && tcache_self.state == TCACHE_LIVE) {
-    list->head = *(void **)obj;
-    if (--list->length < list->low_water) list->low_water = list->length;
-    return obj;
-  }
-  obj = tcache_alloc_slow(&tcache_self, cls);
+  void *obj = tcache_alloc_slow(&tcache_self, cls);
   return obj ? obj : fail_enomem();
 }
 
@@ -95,7 +89,6 @@ static void *alloc_large(size_t size, size_t alignment, bool *zeroed) {
   size_t align_pages = alignment > PAGE_SIZE ? alignment >> PAGE_SHIFT : 1;
   span_t *span = pageheap_alloc(npages, align_pages, 0, zeroed);
   if (span == NULL) return fail_enomem();
-  span->u.large.requested = size;
   return (void *)span->start;
 }
 
@@ -190,20 +183,13 @@ static void *realloc_impl(void *ptr, size_t size) {
     if (size <= SMALL_MAX && sizeclass_of(size) == b.cls) return ptr;
   } else if (size > SMALL_MAX && size <= PTRDIFF_MAX) {
     size_t npages = (size + PAGE_MASK) >> PAGE_SHIFT;
-    if (npages == b.span->npages) {
-      b.span->u.large.requested = size;
-      return ptr;
-    }
+    if (npages == b.span->npages) return ptr;
     if (b.span->direct) {
       if (npages * PAGE_SIZE >= (size_t)option(OPTION_RELEASE_LARGE)) {
         span_t *moved = pageheap_remap(b.span, npages); /* no copy: the kernel moves the pages */
-        if (moved) {
-          moved->u.large.requested = size;
-          return (void *)moved->start;
-        }
+        if (moved) return (void *)moved->start;
       }
     } else if (pageheap_resize_in_place(b.span, npages)) {
-      b.span->u.large.requested = size;
       return ptr;
     }
   }
@@ -265,16 +251,10 @@ QM_EXPORT void *qm_memalign(size_t alignment, size_t size) {
   return aligned_impl(alignment, size);
 }
 
-static size_t system_page_size(void) {
-  static size_t cached;
-  if (cached == 0) cached = (size_t)sysconf(_SC_PAGESIZE);
-  return cached;
-}
-
-QM_EXPORT void *qm_valloc(size_t size) { return aligned_impl(system_page_size(), size); }
+QM_EXPORT void *qm_valloc(size_t size) { return aligned_impl(os_page_size(), size); }
 
 QM_EXPORT void *qm_pvalloc(size_t size) {
-  size_t page = system_page_size();
+  size_t page = os_page_size();
   if (size > SIZE_MAX - page) return fail_enomem();
   size_t rounded = size ? (size + page - 1) & ~(page - 1) : page;
   return aligned_impl(page, rounded);

@@ -18,17 +18,15 @@ static void init_fork_prepare(void) {
   pageheap_lock_for_fork();
 }
 
-static void init_fork_parent(void) {
-  pageheap_unlock_after_fork(false);
-  central_unlock_after_fork(false);
-  tcache_unlock_after_fork(false);
+static void init_fork_release(bool child) {
+  pageheap_unlock_after_fork(child);
+  central_unlock_after_fork(child);
+  tcache_unlock_after_fork(child);
 }
 
-static void init_fork_child(void) {
-  pageheap_unlock_after_fork(true);
-  central_unlock_after_fork(true);
-  tcache_unlock_after_fork(true);
-}
+static void init_fork_parent(void) { init_fork_release(false); }
+
+static void init_fork_child(void) { init_fork_release(true); }
 
 void init_process(void) {
   if (__atomic_load_n(&init_done, __ATOMIC_ACQUIRE)) return;
@@ -39,8 +37,7 @@ void init_process(void) {
     sizeclass_init((unsigned)option(OPTION_MIN_ALIGN), (unsigned)option(OPTION_TRANSFER_BATCH));
     api_verify_sizes = option(OPTION_CHECK) >= 2;
     central_init();
-    pageheap_init();
-    tcache_budget_init();
+    tcache_init();
     __atomic_store_n(&init_done, true, __ATOMIC_RELEASE);
   }
   bool register_hooks = !init_hooks_registered;

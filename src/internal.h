@@ -49,7 +49,6 @@ span_t *span_new(uintptr_t start, size_t npages, span_state_t state); /* NULL if
 void span_delete(span_t *span);
 
 /* ---- pageheap.c: every function takes the page heap lock itself ---- */
-void pageheap_init(void);
 /* A span of npages pages whose start is a multiple of align_pages pages, set up as a small span
  * of `sizeclass` (page map filled) or, with sizeclass 0, as a large object. NULL if out of
  * memory. *zeroed tells whether all its pages are known to be zero (may be NULL). */
@@ -103,6 +102,8 @@ void tcache_gc(tcache_t *tc);
 const char *tcache_check(const tcache_t *tc);
 /* Flushes the calling thread's cache entirely (malloc_trim, thread exit). */
 void tcache_flush_self(void);
+/* Process init: the thread-exit hook and the budget. Does not allocate. */
+void tcache_init(void);
 /* Recomputes the unclaimed budget from tcache_total and the live caches (init, option change). */
 void tcache_budget_init(void);
 void tcache_lock_for_fork(void);

@@ -19,7 +19,7 @@ int new_call_handler_nothrow(new_handler_t handler);
  * the nothrow forms (which also return NULL when the handler throws). */
 static QM_NOINLINE void *new_retry(size_t size, size_t alignment, bool nothrow) {
   for (;;) {
-    void *p = alignment ? qm_aligned_alloc(alignment, size ? size : 1) : qm_malloc(size);
+    void *p = alignment ? qm_aligned_alloc(alignment, size) : qm_malloc(size);
     if (p != NULL) return p;
     new_handler_t handler = _ZSt15get_new_handlerv ? _ZSt15get_new_handlerv() : NULL;
     if (handler == NULL) break;
@@ -37,7 +37,7 @@ static inline void *new_impl(size_t size, bool nothrow) {
 }
 
 static inline void *new_aligned_impl(size_t size, size_t alignment, bool nothrow) {
-  void *p = qm_aligned_alloc(alignment, size ? size : 1);
+  void *p = qm_aligned_alloc(alignment, size);
   return QM_LIKELY(p != NULL) ? p : new_retry(size, alignment, nothrow);
 }
 

@@ -9,6 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The kernel's page size (4 KiB on x86-64, up to 64 KiB on aarch64): what mmap aligns to, and
+ * what valloc and pvalloc mean by a page. */
+size_t os_page_size(void);
 /* Maps `size` bytes of zeroed, readable and writable memory aligned to `alignment` (a power of
  * two, at least PAGE_SIZE). */
 void *os_map(size_t size, size_t alignment);

@@ -10,8 +10,7 @@
 #include "internal.h"
 #include "os.h"
 
-/* The kernel's page size (4 KiB on x86-64, up to 64 KiB on aarch64): what mmap guarantees. */
-static size_t os_page_size(void) {
+size_t os_page_size(void) {
   static size_t cached;
   if (cached == 0) cached = (size_t)sysconf(_SC_PAGESIZE);
   return cached;

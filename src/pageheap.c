@@ -28,7 +28,7 @@ static struct {
   size_t free_spans;
   uint64_t release_calls, released_bytes_total;
   uint64_t next_decay_ms;  /* no backed span is due for release before this time */
-} pageheap = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} pageheap = {.lock = PTHREAD_MUTEX_INITIALIZER, .next_decay_ms = UINT64_MAX};
 
 /* ---- free sets --------------------------------------------------------------------------- */
 
@@ -355,8 +355,6 @@ span_t *pageheap_remap(span_t *span, size_t new_npages) {
 }
 
 /* ---- process life, statistics ---------------------------------------------------------------- */
-
-void pageheap_init(void) { pageheap.next_decay_ms = UINT64_MAX; }
 
 void pageheap_lock_for_fork(void) { pthread_mutex_lock(&pageheap.lock); }
 

@@ -24,7 +24,6 @@ static struct {
   tcache_t *steal_cursor;   /* next victim, round robin */
   pthread_key_t exit_key;   /* its destructor hands the cache back at thread exit */
   uint64_t retired_refills, retired_flushes, retired_gc_runs; /* counters of exited threads */
-  bool key_ready;
 } tcache_registry = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void tcache_thread_exit(void *unused);
@@ -81,18 +80,10 @@ static void tcache_debug_check(const tcache_t *tc, const char *where) {
 
 /* ---- life of a cache ------------------------------------------------------------------------- */
 
-static void tcache_registry_setup(void) {
-  if (!tcache_registry.key_ready) {
-    tcache_registry.key_ready = true;
-    pthread_key_create(&tcache_registry.exit_key, tcache_thread_exit);
-  }
-}
-
 static void tcache_thread_init(tcache_t *tc) {
   init_process();
   if (tc->state == TCACHE_LIVE) return; /* init_process's own allocations made it already */
   pthread_mutex_lock(&tcache_registry.lock);
-  tcache_registry_setup();
   size_t claim = TCACHE_START_SIZE;
   if (tcache_registry.unclaimed < (intptr_t)claim)
     claim = tcache_registry.unclaimed > (intptr_t)TCACHE_MIN_SIZE ? (size_t)tcache_registry.unclaimed : TCACHE_MIN_SIZE;
@@ -110,13 +101,18 @@ static void tcache_thread_init(tcache_t *tc) {
   pthread_setspecific(key, tc); /* may allocate (keys past 32): the cache is live already */
 }
 
+void tcache_flush_self(void) {
+  tcache_t *tc = &tcache_self;
+  if (tc->state != TCACHE_LIVE) return;
+  for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) tcache_release_all_of(&tc->lists[cls], cls);
+}
+
 static void tcache_thread_exit(void *unused) {
   tcache_t *tc = &tcache_self;
   if (tc->state != TCACHE_LIVE) return;
-  for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
-    tcache_release_all_of(&tc->lists[cls], cls);
+  tcache_flush_self();
+  for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++)
     tc->lists[cls].max_length = 0; /* every later free of this thread takes the slow path */
-  }
   pthread_mutex_lock(&tcache_registry.lock);
   if (tc->prev) tc->prev->next = tc->next;
   else tcache_registry.head = tc->next;
@@ -130,12 +126,6 @@ static void tcache_thread_exit(void *unused) {
   pthread_mutex_unlock(&tcache_registry.lock);
   tc->capacity = 0;
   tc->state = TCACHE_DEAD;
-}
-
-void tcache_flush_self(void) {
-  tcache_t *tc = &tcache_self;
-  if (tc->state != TCACHE_LIVE) return;
-  for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) tcache_release_all_of(&tc->lists[cls], cls);
 }
 
 /* ---- budget ------------------------------------------------------------------------------------ */
@@ -177,14 +167,13 @@ void tcache_gc(tcache_t *tc) {
    * list keeps as its maximum its length or one batch, whichever is more, and earns more again
    * by missing. Without that, a thread that only allocates (a producer) grows maxima it never
    * fills until its budget is spent and its other lists cannot grow. */
-  size_t freed = 0, reclaimed = 0;
+  size_t reclaimed = 0;
   for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
     tcache_list_t *list = &tc->lists[cls];
     uint32_t low = list->low_water;
     if (low > 0) {
       uint32_t drop = low > 1 ? low / 2 : 1;
       tcache_release(list, cls, drop);
-      freed += (size_t)drop * sizeclass_size[cls];
     }
     uint32_t keep = list->length > sizeclass_batch[cls] ? list->length : sizeclass_batch[cls];
     if (list->max_length > keep) {
@@ -195,7 +184,6 @@ void tcache_gc(tcache_t *tc) {
   }
   tc->capacity -= reclaimed;
   tc->gc_runs++;
-  tc->bytes_flushed_gc += freed;
   /* Nothing to take back: don't rescan on each of the next growth attempts. */
   tc->gc_idle = reclaimed ? 0 : 32;
   pageheap_maybe_decay();
@@ -231,7 +219,7 @@ void *tcache_alloc_slow(tcache_t *tc, unsigned cls) {
     }
   }
   tcache_list_t *list = &tc->lists[cls];
-  if (list->head != NULL) { /* callers that bypass the fast path (aligned allocation) */
+  if (list->head != NULL) { /* aligned requests come here without trying the fast path */
     void *obj = list->head;
     list->head = *(void **)obj;
     if (--list->length < list->low_water) list->low_water = list->length;
@@ -307,6 +295,11 @@ void tcache_unlock_after_fork(bool child) {
   tcache_registry.threads = live ? 1 : 0;
   tcache_registry.unclaimed = (intptr_t)option(OPTION_TCACHE_TOTAL) - (live ? (intptr_t)self->max_size : 0);
   tcache_registry.steal_cursor = NULL;
+}
+
+void tcache_init(void) {
+  pthread_key_create(&tcache_registry.exit_key, tcache_thread_exit); /* does not allocate */
+  tcache_budget_init();
 }
 
 void tcache_budget_init(void) {

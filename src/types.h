@@ -40,9 +40,6 @@ typedef struct span_s {
       struct span_s *newer;
       struct span_s *older;
     } age;
-    struct {            /* SPAN_LARGE */
-      size_t requested; /* bytes the program asked for (statistics) */
-    } large;
   } u;
   uint64_t freed_ms;    /* SPAN_FREE_BACKED: when it became free (decay clock) */
 } span_t;
@@ -85,7 +82,6 @@ typedef struct tcache_s {
   struct tcache_s *next, *prev; /* registry of live caches, under tcache's registry lock */
   /* statistics, written only by the owner */
   uint64_t refills, flushes, gc_runs;
-  uint64_t bytes_flushed_gc;
 } tcache_t;
 
 /* ---- central free lists (central.c) ------------------------------------------------------- */
