@@ -22,6 +22,12 @@ bool os_release(void *addr, size_t size);
 void *os_remap(void *addr, size_t old_size, size_t new_size);
 /* Moves a mapping back to a given address (undo of os_remap); false if impossible. */
 bool os_remap_fixed(void *addr, size_t old_size, size_t new_size, void *target);
+/* Registers the process for membarrier(2)'s expedited private barrier; false if the kernel (or a
+ * seccomp filter, or valgrind) does not offer it. */
+bool os_membarrier_init(void);
+/* Makes every running thread of the process execute a full memory barrier before it returns;
+ * false if it could not (then nothing may be concluded from it). */
+bool os_membarrier(void);
 /* Monotonic milliseconds, from the vDSO (no system call on Linux). */
 uint64_t os_now_ms(void);
 

@@ -1,9 +1,11 @@
-/* Linux implementation of os.h: mmap, munmap, madvise, mremap, clock_gettime.
+/* Linux implementation of os.h: mmap, munmap, madvise, mremap, membarrier, clock_gettime.
  * Release uses MADV_DONTNEED, not MADV_FREE: DONTNEED drops the pages from RSS at once and
  * guarantees zeroes on the next touch, so the RSS a user measures is what the heap really holds
  * and released spans can serve calloc without memset; MADV_FREE defers both to memory pressure. */
 #include <errno.h>
+#include <linux/membarrier.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -62,6 +64,20 @@ bool os_remap_fixed(void *addr, size_t old_size, size_t new_size, void *target) 
   if (p == MAP_FAILED) return false;
   stats_mapped_add((intptr_t)new_size - (intptr_t)old_size);
   return true;
+}
+
+bool os_membarrier_init(void) {
+  int saved = errno;
+  bool ok = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+  errno = saved;
+  return ok;
+}
+
+bool os_membarrier(void) {
+  int saved = errno;
+  bool ok = syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
+  errno = saved;
+  return ok;
 }
 
 uint64_t os_now_ms(void) {
