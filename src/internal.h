@@ -1,5 +1,6 @@
 /* Cross-file contracts, grouped by the file that defines them. Lock order (outermost first):
- *   tcache registry lock  ->  central[cls].lock (ascending cls)  ->  page heap lock  ->  stats lock
+ *   tcache registry lock  ->  a cache's reclaim_lock  ->  central[cls].lock (ascending cls)
+ *   ->  page heap lock  ->  stats lock
  * A function that takes a lock says so; none is taken on the malloc/free fast paths. */
 #ifndef QM_INTERNAL_H
 #define QM_INTERNAL_H
@@ -102,6 +103,23 @@ void tcache_gc(tcache_t *tc);
 const char *tcache_check(const tcache_t *tc);
 /* Flushes the calling thread's cache entirely (malloc_trim, thread exit). */
 void tcache_flush_self(void);
+/* Every slow path that touches the calling thread's lists runs between these two (the window,
+ * tcache_window.h); tcache_open waits if another thread is taking the cache back. */
+tcache_t *tcache_open(void);
+void tcache_close(tcache_t *tc);
+/* Idle scan: takes back the caches of other threads that did not operate on them since the
+ * previous scan (all other caches not in use right now if `everyone`). Returns the bytes taken.
+ * Runs by itself every tcache_idle_ms from slow paths; tests and malloc_trim call it directly. */
+size_t tcache_reclaim_idle(bool everyone);
+/* Runs an idle scan if tcache_idle_ms passed since the last one. Slow paths call it: refills,
+ * flushes, collections, new threads, large blocks. A scan finds idle the caches that look the
+ * same as at the previous one, so a thread that stops operating gives its cache back one to two
+ * intervals later, at the first of those events elsewhere. Takes the registry lock (try-lock). */
+void tcache_maybe_reclaim_idle(void);
+/* malloc_trim: takes back every other thread's cache that is not in use at this moment. */
+void tcache_reclaim_all(void);
+/* Whether caches can be taken back at all (membarrier(2) works). */
+bool tcache_reclaim_available(void);
 /* Process init: the thread-exit hook and the budget. Does not allocate. */
 void tcache_init(void);
 /* Recomputes the unclaimed budget from tcache_total and the live caches (init, option change). */
@@ -113,12 +131,13 @@ void tcache_unlock_after_fork(bool child);
  * lock. */
 typedef struct tcache_thread_stats_s {
   size_t bytes, capacity, budget;
-  uint64_t refills, flushes, gc_runs;
+  uint64_t refills, flushes, gc_runs, reclaims;
 } tcache_thread_stats_t;
 typedef struct tcache_totals_s {
   size_t bytes, threads;
   intptr_t unclaimed;
   uint64_t refills, flushes, gc_runs;
+  uint64_t reclaims, reclaimed_bytes; /* idle caches taken back, and what they held */
 } tcache_totals_t;
 void tcache_totals(tcache_totals_t *out, size_t *objects_per_class, tcache_thread_stats_t *threads, size_t max_threads);
 
@@ -147,7 +166,7 @@ typedef struct stats_snapshot_s {
   /* how in_use splits, and counters */
   size_t small_in_use, large_in_use, huge_in_use, huge_blocks, free_spans, threads;
   intptr_t unclaimed_budget;
-  uint64_t refills, flushes, gc_runs, release_calls, released_bytes_total;
+  uint64_t refills, flushes, gc_runs, idle_reclaims, idle_reclaimed_bytes, release_calls, released_bytes_total;
   size_t class_in_use[SIZECLASS_COUNT], class_free[SIZECLASS_COUNT], class_spans[SIZECLASS_COUNT];
   tcache_thread_stats_t thread[STATS_THREADS_SHOWN]; /* the first live caches (threads counts all) */
 } stats_snapshot_t;

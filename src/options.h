@@ -38,6 +38,9 @@
  *   RSS. The budget bounds capacity, so a thread never holds more than this.
  * - tcache_total 32 MiB: eight threads at the maximum; beyond that threads take budget from each
  *   other. Not measured separately.
+ * - tcache_idle_ms 1 s: a cache taken back from a thread that was not idle after all costs that
+ *   thread one refill per list it uses again (microseconds), against at least a second of not
+ *   operating; the reclaim scan itself runs at most once per interval.
  * - decay_ms 10 s (jemalloc's dirty-page decay) and retain_max 64 MiB: not measured; the two-phase
  *   scenario (docs/design.md) shows what they give: 14% of the peak resident right after a 300 MB
  *   phase ends, 3% once the decay has passed.
@@ -47,6 +50,8 @@
     "largest cache a single thread may hold")                                                      \
   X(TCACHE_TOTAL, tcache_total, BYTES, 32 * OPTIONS_MIB, 256 * OPTIONS_KIB, 16 * OPTIONS_GIB,      \
     "total thread-cache budget shared by all threads")                                             \
+  X(TCACHE_IDLE_MS, tcache_idle_ms, MS, 1000, 0, 3600000,                                          \
+    "a thread that neither allocates nor frees for this long gives its cache back (0: never)")     \
   X(TRANSFER_BATCH, transfer_batch, COUNT, 32, 1, 1024,                                            \
     "most objects moved between a thread cache and the central lists at once")                     \
   X(DECAY_MS, decay_ms, MS, 10000, 0, 3600000,                                                     \

@@ -41,6 +41,8 @@ size_t stats_mapped(void) { return (size_t)__atomic_load_n(&stats_mapped_bytes, 
   X(refills, "thread-cache refills from the central lists (fast-path misses)")                  \
   X(flushes, "thread-cache flushes of an overlong list to the central lists")                   \
   X(gc_runs, "thread-cache garbage collections")                                                \
+  X(idle_reclaims, "thread caches taken back from idle threads")                                \
+  X(idle_reclaimed_bytes, "bytes in the thread caches taken back from idle threads")            \
   X(release_calls, "free spans released to the OS")                                             \
   X(released_bytes_total, "bytes released to the OS since start")
 
@@ -89,6 +91,8 @@ void stats_snapshot(stats_snapshot_t *s) {
   s->refills = tc.refills;
   s->flushes = tc.flushes;
   s->gc_runs = tc.gc_runs;
+  s->idle_reclaims = tc.reclaims;
+  s->idle_reclaimed_bytes = tc.reclaimed_bytes;
   s->release_calls = ph.release_calls;
   s->released_bytes_total = ph.released_bytes_total;
 }
@@ -109,11 +113,13 @@ static void stats_print_text(int fd, const stats_snapshot_t *s) {
                  s->class_free[cls], s->class_spans[cls], s->class_in_use[cls] * sizeclass_size[cls]);
   size_t shown = s->threads < STATS_THREADS_SHOWN ? s->threads : STATS_THREADS_SHOWN;
   log_printf(fd, "------------------------------------------------ by thread cache (%zu of %zu)\n", shown, s->threads);
-  log_printf(fd, "%12s %12s %12s %10s %10s %10s\n", "bytes", "capacity", "budget", "refills", "flushes", "gc runs");
+  log_printf(fd, "%12s %12s %12s %10s %10s %10s %10s\n", "bytes", "capacity", "budget", "refills", "flushes", "gc runs",
+             "reclaims");
   for (size_t i = 0; i < shown; i++) {
     const tcache_thread_stats_t *t = &s->thread[i];
-    log_printf(fd, "%12zu %12zu %12zu %10llu %10llu %10llu\n", t->bytes, t->capacity, t->budget,
-               (unsigned long long)t->refills, (unsigned long long)t->flushes, (unsigned long long)t->gc_runs);
+    log_printf(fd, "%12zu %12zu %12zu %10llu %10llu %10llu %10llu\n", t->bytes, t->capacity, t->budget,
+               (unsigned long long)t->refills, (unsigned long long)t->flushes, (unsigned long long)t->gc_runs,
+               (unsigned long long)t->reclaims);
   }
   log_printf(fd, "(every line is explained in docs/stats.md)\n");
 }
@@ -136,9 +142,11 @@ static void stats_print_json(int fd, const stats_snapshot_t *s) {
   size_t shown = s->threads < STATS_THREADS_SHOWN ? s->threads : STATS_THREADS_SHOWN;
   for (size_t i = 0; i < shown; i++) {
     const tcache_thread_stats_t *t = &s->thread[i];
-    log_printf(fd, "%s{\"bytes\": %zu, \"capacity\": %zu, \"budget\": %zu, \"refills\": %llu, \"flushes\": %llu, \"gc_runs\": %llu}",
+    log_printf(fd,
+               "%s{\"bytes\": %zu, \"capacity\": %zu, \"budget\": %zu, \"refills\": %llu, \"flushes\": %llu, "
+               "\"gc_runs\": %llu, \"reclaims\": %llu}",
                i ? ", " : "", t->bytes, t->capacity, t->budget, (unsigned long long)t->refills,
-               (unsigned long long)t->flushes, (unsigned long long)t->gc_runs);
+               (unsigned long long)t->flushes, (unsigned long long)t->gc_runs, (unsigned long long)t->reclaims);
   }
   log_printf(fd, "]}\n");
 }

@@ -1,15 +1,18 @@
 /* Thread cache: per thread, one free list per size class. This file is its slow half: creating
  * the cache, refilling a list from the central list, flushing a list that grew too long, the
  * low-water-mark garbage collection of seed 002, the process-wide budget (a total split among
- * live threads, which may steal from each other), and handing everything back at thread exit.
- * The fast half (pop and push) is in api.c.
- * Lock: none for the cache itself (only its thread touches it, except max_size, which other
- * threads may lower under the registry lock); tcache_registry.lock for the list of live caches
- * and the budget. Callers: api.c. */
+ * live threads, which may steal from each other), taking back the caches of idle threads, and
+ * handing everything back at thread exit. The fast half (pop and push) is in api.c.
+ * Lock: none for the cache itself: its thread touches it inside its window (tcache_window.h),
+ * another thread only after stopping it there, holding its reclaim_lock; max_size may be lowered
+ * by others under the registry lock. tcache_registry.lock for the list of live caches, the budget
+ * and idle scans. Callers: api.c. */
 #include <pthread.h>
 
 #include "internal.h"
 #include "log.h"
+#include "os.h"
+#include "tcache_window.h"
 
 __thread tcache_t tcache_self __attribute__((tls_model("initial-exec")));
 
@@ -24,6 +27,9 @@ static struct {
   tcache_t *steal_cursor;   /* next victim, round robin */
   pthread_key_t exit_key;   /* its destructor hands the cache back at thread exit */
   uint64_t retired_refills, retired_flushes, retired_gc_runs; /* counters of exited threads */
+  bool can_stop_others;     /* membarrier(2) works: idle caches can be taken back */
+  uint64_t next_scan_ms;    /* when the next idle scan is due (read without the lock) */
+  uint64_t reclaims, reclaimed_bytes; /* idle caches taken back so far, and what they held */
 } tcache_registry = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void tcache_thread_exit(void *unused);
@@ -37,15 +43,15 @@ static void tcache_release(tcache_list_t *list, unsigned cls, uint32_t n) {
   for (uint32_t i = 1; i < n; i++) last = *(void **)last;
   list->head = *(void **)last;
   *(void **)last = NULL;
-  list->length -= n;
-  if (list->length < list->low_water) list->low_water = list->length;
+  list_set_length(list, list_length(list) - n);
+  if (list->count < list->low_count) list->low_count = list->count;
   central_insert(cls, head, n);
 }
 
 /* Releases in batch-sized chains so the transfer cache can take them whole. */
 static void tcache_release_all_of(tcache_list_t *list, unsigned cls) {
   uint32_t batch = sizeclass_batch[cls];
-  while (list->length > 0) tcache_release(list, cls, list->length < batch ? list->length : batch);
+  for (uint32_t n; (n = list_length(list)) > 0;) tcache_release(list, cls, n < batch ? n : batch);
 }
 
 static size_t tcache_max_size(const tcache_t *tc) { return __atomic_load_n(&tc->max_size, __ATOMIC_RELAXED); }
@@ -63,10 +69,12 @@ const char *tcache_check(const tcache_t *tc) {
       if ((entry & 0xff) != cls) return "an object on a list of another class";
       n++;
     }
-    if (n != list->length) return "list length differs from its chain";
-    if (list->low_water > list->length) return "low-water mark above the length";
-    if (list->length > list->max_length) return "list longer than its maximum";
-    capacity += (size_t)list->max_length * sizeclass_size[cls];
+    if ((list->count | list->max_count | list->low_count) & (1u | LIST_STOP))
+      return "a count odd or stopped outside any operation";
+    if (n != list_length(list)) return "list length differs from its chain";
+    if (list->low_count > list->count) return "low-water mark above the length";
+    if (list->count > list->max_count) return "list longer than its maximum";
+    capacity += (size_t)list_max(list) * sizeclass_size[cls];
   }
   if (tc->state == TCACHE_LIVE && capacity != tc->capacity) return "capacity differs from the lists' maxima";
   return NULL;
@@ -95,24 +103,56 @@ static void tcache_thread_init(tcache_t *tc) {
   if (tc->next) tc->next->prev = tc;
   tcache_registry.head = tc;
   tcache_registry.threads++;
+  tc->idle_seen = UINT64_MAX; /* not idle until a scan has seen it */
   pthread_key_t key = tcache_registry.exit_key;
   pthread_mutex_unlock(&tcache_registry.lock);
   tc->state = TCACHE_LIVE;
   pthread_setspecific(key, tc); /* may allocate (keys past 32): the cache is live already */
+  tcache_maybe_reclaim_idle();
 }
 
-void tcache_flush_self(void) {
+/* The owner found op_seq negative: a taker stopped this cache (or, after 2^30 slow paths, the
+ * count ran into bit 31). Waits until the taker is done, then repairs what it left stopped: a
+ * list it emptied (its head is NULL; only lists with objects are stopped) starts again at 0, a
+ * list it let be keeps its count. */
+static QM_NOINLINE void tcache_wake(tcache_t *tc) {
+  pthread_mutex_lock(&tc->reclaim_lock);
+  for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
+    tcache_list_t *list = &tc->lists[cls];
+    if (list->count & LIST_STOP) list->count = list->head == NULL ? 0 : (uint16_t)(list->count & ~LIST_STOP);
+  }
+  __atomic_store_n(&tc->op_seq, tc->op_seq & INT32_MAX, __ATOMIC_RELAXED); /* odd: still inside */
+  pthread_mutex_unlock(&tc->reclaim_lock);
+  tcache_debug_check(tc, "repair after a reclaim");
+}
+
+tcache_t *tcache_open(void) {
   tcache_t *tc = &tcache_self;
-  if (tc->state != TCACHE_LIVE) return;
+  if (QM_UNLIKELY(!window_enter(tc))) tcache_wake(tc);
+  return tc;
+}
+
+void tcache_close(tcache_t *tc) { window_leave(tc); }
+
+static void tcache_flush_all(tcache_t *tc) {
   for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) tcache_release_all_of(&tc->lists[cls], cls);
 }
 
+void tcache_flush_self(void) {
+  tcache_t *tc = tcache_open();
+  if (tc->state == TCACHE_LIVE) tcache_flush_all(tc);
+  tcache_close(tc);
+}
+
 static void tcache_thread_exit(void *unused) {
-  tcache_t *tc = &tcache_self;
-  if (tc->state != TCACHE_LIVE) return;
-  tcache_flush_self();
+  tcache_t *tc = tcache_open();
+  if (tc->state != TCACHE_LIVE) {
+    tcache_close(tc);
+    return;
+  }
+  tcache_flush_all(tc);
   for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++)
-    tc->lists[cls].max_length = 0; /* every later free of this thread takes the slow path */
+    list_set_max(&tc->lists[cls], 0); /* every later free of this thread takes the slow path */
   pthread_mutex_lock(&tcache_registry.lock);
   if (tc->prev) tc->prev->next = tc->next;
   else tcache_registry.head = tc->next;
@@ -126,6 +166,7 @@ static void tcache_thread_exit(void *unused) {
   pthread_mutex_unlock(&tcache_registry.lock);
   tc->capacity = 0;
   tc->state = TCACHE_DEAD;
+  tcache_close(tc);
 }
 
 /* ---- budget ------------------------------------------------------------------------------------ */
@@ -160,6 +201,140 @@ static bool tcache_grow_budget(tcache_t *tc, bool steal) {
   return grew;
 }
 
+/* ---- taking back the caches of idle threads -------------------------------------------------- */
+
+/* What a cache looks like from outside: its slow-path count and every list's count and head. Two
+ * scans that see the same value saw a thread that did nothing in between (or that pushed and
+ * popped the same objects back and forth: taking its cache then costs it one refill per list). */
+static uint64_t tcache_fingerprint(const tcache_t *tc) {
+  uint64_t h = (uint32_t)__atomic_load_n(&tc->op_seq, __ATOMIC_RELAXED);
+  for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
+    h = (h ^ __atomic_load_n(&tc->lists[cls].count, __ATOMIC_RELAXED)) * 0x100000001b3ull;
+    h = (h ^ (uintptr_t)__atomic_load_n(&tc->lists[cls].head, __ATOMIC_RELAXED)) * 0x100000001b3ull;
+  }
+  return h;
+}
+
+/* Hands a stopped list's objects to the central lists, leaving its count alone: the owner may be
+ * adding to it and taking the add back (a push or pop giving up), and tcache_wake repairs it. */
+static size_t tcache_take_list(tcache_t *tc, unsigned cls, uint32_t n) {
+  tcache_list_t *list = &tc->lists[cls];
+  uint32_t batch = sizeclass_batch[cls];
+  void *rest = list->head;
+  for (uint32_t left = n; left > 0;) {
+    uint32_t k = left < batch ? left : batch;
+    void *first = rest, *last = rest;
+    for (uint32_t i = 1; i < k; i++) last = *(void **)last;
+    rest = *(void **)last;
+    *(void **)last = NULL;
+    central_insert(cls, first, k);
+    left -= k;
+  }
+  size_t capacity = (size_t)list_max(list) * sizeclass_size[cls];
+  list->head = NULL;
+  list->max_count = 0;
+  list->low_count = 0;
+  list->overages = 0;
+  __atomic_store_n(&tc->capacity, tc->capacity - capacity, __ATOMIC_RELAXED);
+  return (size_t)n * sizeclass_size[cls];
+}
+
+/* The taking side of the window protocol (tcache_window.h) for every other live cache at once,
+ * so that two membarrier calls serve them all: stop the slow paths, then the lists, then take
+ * what stayed stopped. The owner starts again as a new thread would, earning list lengths by
+ * missing, with the least budget. Under the registry lock. */
+static size_t tcache_reclaim_scan(bool everyone) {
+  if (!tcache_registry.can_stop_others) return 0;
+  tcache_t *self = &tcache_self, *stopped = NULL;
+  /* 1. Stop the slow paths of the caches that were idle since the previous scan. */
+  for (tcache_t *tc = tcache_registry.head; tc != NULL; tc = tc->next) {
+    if (tc == self) continue;
+    uint64_t seen = tcache_fingerprint(tc), before = tc->idle_seen;
+    tc->idle_seen = seen;
+    if (!everyone && seen != before) continue;  /* it operated since the previous scan */
+    int32_t seq = __atomic_load_n(&tc->op_seq, __ATOMIC_RELAXED);
+    if (seq < 0 || (seq & 1) != 0) continue;    /* in a slow path, or stopped already */
+    if (__atomic_load_n(&tc->capacity, __ATOMIC_RELAXED) == 0 && tcache_max_size(tc) <= TCACHE_MIN_SIZE)
+      continue;                                 /* holds nothing */
+    if (pthread_mutex_trylock(&tc->reclaim_lock) != 0) continue;
+    if (!__atomic_compare_exchange_n(&tc->op_seq, &seq, seq | WINDOW_STOP, false, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_RELAXED)) {
+      pthread_mutex_unlock(&tc->reclaim_lock);
+      continue;
+    }
+    tc->stopped_seq = seq | WINDOW_STOP;
+    tc->reclaim_next = stopped;
+    stopped = tc;
+  }
+  if (stopped == NULL) return 0;
+  bool fenced = os_membarrier();
+  /* 2. Where that held (no slow path started), stop every list with objects. */
+  for (tcache_t *tc = stopped; tc != NULL; tc = tc->reclaim_next) {
+    tc->stopped_lists[0] = tc->stopped_lists[1] = 0;
+    if (!fenced || __atomic_load_n(&tc->op_seq, __ATOMIC_ACQUIRE) != tc->stopped_seq) continue;
+    for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
+      uint16_t count = __atomic_load_n(&tc->lists[cls].count, __ATOMIC_RELAXED);
+      if (count < 2 || (count & (1u | LIST_STOP)) != 0) continue;
+      if (__atomic_compare_exchange_n(&tc->lists[cls].count, &count, (uint16_t)(count | LIST_STOP), false,
+                                      __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+        tc->stopped_lists[cls / 64] |= (uint64_t)1 << (cls % 64);
+    }
+  }
+  fenced = fenced && os_membarrier();
+  /* 3. Take the lists that stayed stopped and outside any operation; the owner's next slow path
+   *    (tcache_wake) repairs the counts. */
+  size_t bytes = 0;
+  for (tcache_t *tc = stopped, *next; tc != NULL; tc = next) {
+    next = tc->reclaim_next;
+    size_t taken = 0;
+    for (unsigned cls = 1; fenced && cls < SIZECLASS_COUNT; cls++) {
+      if (!(tc->stopped_lists[cls / 64] & ((uint64_t)1 << (cls % 64)))) continue;
+      uint16_t count = __atomic_load_n(&tc->lists[cls].count, __ATOMIC_ACQUIRE);
+      if ((count & LIST_STOP) && !(count & 1)) taken += tcache_take_list(tc, cls, (count & ~LIST_STOP) >> 1);
+    }
+    if (tc->stopped_lists[0] | tc->stopped_lists[1]) {
+      size_t budget = tcache_max_size(tc), keep = tc->capacity > TCACHE_MIN_SIZE ? tc->capacity : TCACHE_MIN_SIZE;
+      if (budget > keep) {
+        tcache_registry.unclaimed += (intptr_t)(budget - keep);
+        __atomic_store_n(&tc->max_size, keep, __ATOMIC_RELAXED);
+      }
+      tc->reclaims++;
+      tcache_registry.reclaims++;
+      tcache_registry.reclaimed_bytes += taken;
+      bytes += taken;
+    }
+    tc->idle_seen = tcache_fingerprint(tc);
+    pthread_mutex_unlock(&tc->reclaim_lock);
+  }
+  return bytes;
+}
+
+size_t tcache_reclaim_idle(bool everyone) {
+  pthread_mutex_lock(&tcache_registry.lock);
+  size_t bytes = tcache_reclaim_scan(everyone);
+  pthread_mutex_unlock(&tcache_registry.lock);
+  return bytes;
+}
+
+void tcache_reclaim_all(void) { tcache_reclaim_idle(true); }
+
+bool tcache_reclaim_available(void) { return tcache_registry.can_stop_others; }
+
+/* Whoever finds the registry busy leaves the scan to the next caller. */
+void tcache_maybe_reclaim_idle(void) {
+  if (!init_done || !tcache_registry.can_stop_others) return;
+  uint64_t interval = (uint64_t)option(OPTION_TCACHE_IDLE_MS);
+  if (interval == 0) return;
+  uint64_t now = os_now_ms();
+  if (now < __atomic_load_n(&tcache_registry.next_scan_ms, __ATOMIC_RELAXED)) return;
+  if (pthread_mutex_trylock(&tcache_registry.lock) != 0) return;
+  if (now >= tcache_registry.next_scan_ms) {
+    __atomic_store_n(&tcache_registry.next_scan_ms, now + interval, __ATOMIC_RELAXED);
+    tcache_reclaim_scan(false);
+  }
+  pthread_mutex_unlock(&tcache_registry.lock);
+}
+
 void tcache_gc(tcache_t *tc) {
   /* Seed 002: move half of each list's low-water mark L. Those L objects sat unused since the
    * last collection; keeping half bets on the recent past without starving the next burst.
@@ -170,23 +345,24 @@ void tcache_gc(tcache_t *tc) {
   size_t reclaimed = 0;
   for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
     tcache_list_t *list = &tc->lists[cls];
-    uint32_t low = list->low_water;
+    uint32_t low = list_low_water(list);
     if (low > 0) {
       uint32_t drop = low > 1 ? low / 2 : 1;
       tcache_release(list, cls, drop);
     }
-    uint32_t keep = list->length > sizeclass_batch[cls] ? list->length : sizeclass_batch[cls];
-    if (list->max_length > keep) {
-      reclaimed += (size_t)(list->max_length - keep) * sizeclass_size[cls];
-      list->max_length = (uint16_t)keep;
+    uint32_t keep = list_length(list) > sizeclass_batch[cls] ? list_length(list) : sizeclass_batch[cls];
+    if (list_max(list) > keep) {
+      reclaimed += (size_t)(list_max(list) - keep) * sizeclass_size[cls];
+      list_set_max(list, keep);
     }
-    list->low_water = list->length;
+    list->low_count = list->count;
   }
   tc->capacity -= reclaimed;
   tc->gc_runs++;
   /* Nothing to take back: don't rescan on each of the next growth attempts. */
   tc->gc_idle = reclaimed ? 0 : 32;
   pageheap_maybe_decay();
+  tcache_maybe_reclaim_idle();
 }
 
 /* Raises a list's maximum by delta if the budget has room. When it has not: take budget nobody
@@ -194,7 +370,7 @@ void tcache_gc(tcache_t *tc) {
  * step of another thread's budget. False when there is still no room. */
 static bool tcache_grow_list(tcache_t *tc, tcache_list_t *list, unsigned cls, uint32_t delta) {
   size_t need = (size_t)delta * sizeclass_size[cls];
-  if (list->max_length + delta > TCACHE_LIST_MAX_LENGTH) return false;
+  if (list_max(list) + delta > TCACHE_LIST_MAX_LENGTH) return false;
   while (tc->capacity + need > tcache_max_size(tc)) {
     if (tcache_grow_budget(tc, false)) continue;
     if (tc->gc_idle > 0) tc->gc_idle--;
@@ -202,7 +378,7 @@ static bool tcache_grow_list(tcache_t *tc, tcache_list_t *list, unsigned cls, ui
     if (tc->capacity + need <= tcache_max_size(tc)) break;
     if (!tcache_grow_budget(tc, true)) return false;
   }
-  list->max_length = (uint16_t)(list->max_length + delta);
+  list_set_max(list, list_max(list) + delta);
   tc->capacity += need;
   return true;
 }
@@ -222,23 +398,25 @@ void *tcache_alloc_slow(tcache_t *tc, unsigned cls) {
   if (list->head != NULL) { /* aligned requests come here without trying the fast path */
     void *obj = list->head;
     list->head = *(void **)obj;
-    if (--list->length < list->low_water) list->low_water = list->length;
+    list_set_length(list, list_length(list) - 1);
+    if (list->count < list->low_count) list->low_count = list->count;
     return obj;
   }
   /* Slow start: a list earns its length by missing, one object at a time up to a batch, then a
    * batch at a time, as long as the budget has room. */
   uint32_t batch = sizeclass_batch[cls];
-  tcache_grow_list(tc, list, cls, list->max_length < batch ? 1 : batch);
-  uint32_t want = list->max_length < batch ? list->max_length : batch;
+  tcache_grow_list(tc, list, cls, list_max(list) < batch ? 1 : batch);
+  uint32_t want = list_max(list) < batch ? list_max(list) : batch;
   void *head;
   uint32_t got = central_remove(cls, &head, want ? want : 1);
   if (got == 0) return NULL;
   tc->refills++;
   void *obj = head;
   list->head = *(void **)head;
-  list->length = (uint16_t)(got - 1);
-  list->low_water = 0;
+  list_set_length(list, got - 1);
+  list->low_count = 0;
   pageheap_maybe_decay();
+  tcache_maybe_reclaim_idle();
   tcache_debug_check(tc, "refill");
   return obj;
 }
@@ -255,24 +433,25 @@ void tcache_free_slow(tcache_t *tc, void *obj, unsigned cls) {
   tcache_list_t *list = &tc->lists[cls];
   *(void **)obj = list->head;
   list->head = obj;
-  list->length++;
-  if (list->length <= list->max_length) return;
+  list_set_length(list, list_length(list) + 1);
+  if (list->count <= list->max_count) return;
   uint32_t batch = sizeclass_batch[cls];
-  if (list->max_length < batch && tcache_grow_list(tc, list, cls, 1)) {
+  if (list_max(list) < batch && tcache_grow_list(tc, list, cls, 1)) {
     tcache_debug_check(tc, "growth on free");
     return;
   }
   /* Too long: hand a batch to the central list. A list that keeps overflowing belongs to a
    * thread that frees more than it allocates (a consumer): shrinking it keeps it from hoarding. */
-  tcache_release(list, cls, list->length < batch ? list->length : batch);
+  tcache_release(list, cls, list_length(list) < batch ? list_length(list) : batch);
   tc->flushes++;
-  if (list->max_length >= batch && ++list->overages > TCACHE_MAX_OVERAGES) {
-    uint32_t shrink = list->max_length > 2 * batch ? batch : list->max_length - batch;
-    list->max_length = (uint16_t)(list->max_length - shrink);
+  if (list_max(list) >= batch && ++list->overages > TCACHE_MAX_OVERAGES) {
+    uint32_t shrink = list_max(list) > 2 * batch ? batch : list_max(list) - batch;
+    list_set_max(list, list_max(list) - shrink);
     tc->capacity -= (size_t)shrink * sizeclass_size[cls];
     list->overages = 0;
-    if (list->length > list->max_length) tcache_release(list, cls, list->length - list->max_length);
+    if (list->count > list->max_count) tcache_release(list, cls, list_length(list) - list_max(list));
   }
+  tcache_maybe_reclaim_idle();
   tcache_debug_check(tc, "flush");
 }
 
@@ -289,6 +468,7 @@ void tcache_unlock_after_fork(bool child) {
    * their threads are), and their budgets come back. */
   pthread_mutex_init(&tcache_registry.lock, NULL);
   tcache_t *self = &tcache_self;
+  pthread_mutex_init(&self->reclaim_lock, NULL);
   bool live = self->state == TCACHE_LIVE;
   tcache_registry.head = live ? self : NULL;
   if (live) self->next = self->prev = NULL;
@@ -299,6 +479,9 @@ void tcache_unlock_after_fork(bool child) {
 
 void tcache_init(void) {
   pthread_key_create(&tcache_registry.exit_key, tcache_thread_exit); /* does not allocate */
+  tcache_registry.can_stop_others = os_membarrier_init();
+  if (!tcache_registry.can_stop_others && option(OPTION_TCACHE_IDLE_MS) != 0 && option(OPTION_VERBOSE))
+    log_printf(2, "qmalloc: note: membarrier(2) is not available; caches of idle threads stay with them\n");
   tcache_budget_init();
 }
 
@@ -317,6 +500,8 @@ void tcache_totals(tcache_totals_t *out, size_t *objects_per_class, tcache_threa
   out->flushes = tcache_registry.retired_flushes;
   out->gc_runs = tcache_registry.retired_gc_runs;
   out->unclaimed = tcache_registry.unclaimed;
+  out->reclaims = tcache_registry.reclaims;
+  out->reclaimed_bytes = tcache_registry.reclaimed_bytes;
   for (tcache_t *tc = tcache_registry.head; tc != NULL; tc = tc->next) {
     /* Other threads' fields are read without their owner's cooperation: each value is one that
      * was true at some moment, and the sum is a snapshot good to within a batch per list. */
@@ -324,10 +509,13 @@ void tcache_totals(tcache_totals_t *out, size_t *objects_per_class, tcache_threa
     one.refills = __atomic_load_n(&tc->refills, __ATOMIC_RELAXED);
     one.flushes = __atomic_load_n(&tc->flushes, __ATOMIC_RELAXED);
     one.gc_runs = __atomic_load_n(&tc->gc_runs, __ATOMIC_RELAXED);
+    one.reclaims = tc->reclaims;
     one.budget = tcache_max_size(tc);
     one.capacity = __atomic_load_n(&tc->capacity, __ATOMIC_RELAXED);
     for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
-      size_t n = __atomic_load_n(&tc->lists[cls].length, __ATOMIC_RELAXED);
+      /* A stopped list (LIST_STOP) with no head was taken; its count waits for its owner. */
+      uint16_t count = __atomic_load_n(&tc->lists[cls].count, __ATOMIC_RELAXED);
+      size_t n = (count & LIST_STOP) && __atomic_load_n(&tc->lists[cls].head, __ATOMIC_RELAXED) == NULL ? 0 : (count & ~LIST_STOP) >> 1;
       one.bytes += n * sizeclass_size[cls];
       if (objects_per_class) objects_per_class[cls] += n;
     }

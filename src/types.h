@@ -60,28 +60,44 @@ typedef struct pagemap_leaf_s {
 
 /* ---- thread cache (tcache.c; the fast paths in api.c read and write it too) ---------------- */
 
-/* 16 bytes, so a list is found with one shift. Lengths fit 16 bits: TCACHE_LIST_MAX_LENGTH. */
+/* 16 bytes, so a list is found with one shift. Lengths fit 16 bits: TCACHE_LIST_MAX_LENGTH.
+ * The three counts are in halves: twice the number of objects, so that a count's low bit can
+ * say "the owner is inside a push or pop" and its top bit "stopped by a taker" (tcache_window.h;
+ * list_length() and friends give objects). */
 typedef struct tcache_list_s {
   void *head;          /* singly linked through each object's first word */
-  uint16_t length;
-  uint16_t max_length; /* grows on misses within the budget; 0 sends every free to the slow path */
-  uint16_t low_water;  /* least length since the last garbage collection */
-  uint16_t overages;   /* times the list overflowed max_length since it last shrank */
+  uint16_t count;      /* 2 * length (+1 inside an operation, +LIST_STOP when stopped) */
+  uint16_t max_count;  /* 2 * maximum length: grows on misses within the budget; 0 sends every
+                        * free to the slow path */
+  uint16_t low_count;  /* 2 * least length since the last garbage collection */
+  uint16_t overages;   /* times the list overflowed its maximum since it last shrank */
 } tcache_list_t;
 
 typedef enum { TCACHE_UNINIT = 0, TCACHE_LIVE, TCACHE_DEAD } tcache_state_t;
 
 typedef struct tcache_s {
   tcache_list_t lists[SIZECLASS_COUNT];
-  /* The budget bounds capacity, not contents: capacity = sum of max_length * class size, so the
+  /* The slow paths' window (tcache_window.h): odd while the owner is in a slow path; bit 31 set
+   * by a thread taking the cache back. */
+  int32_t op_seq;
+  /* The budget bounds capacity, not contents: capacity = sum of maximum length * class size, so the
    * bytes a cache holds never exceed max_size, and neither fast path has to count bytes. */
   size_t capacity;
   size_t max_size;            /* this thread's budget in bytes; others may lower it (stealing) */
   uint8_t state;              /* tcache_state_t */
   uint8_t gc_idle;            /* growth attempts to let pass before collecting again */
   struct tcache_s *next, *prev; /* registry of live caches, under tcache's registry lock */
+  /* Under the registry lock, for idle scans: what the cache looked like at the last scan, and
+   * the caches one scan stopped. */
+  uint64_t idle_seen;
+  struct tcache_s *reclaim_next;
+  int32_t stopped_seq;                             /* op_seq as the scan stopped it */
+  uint64_t stopped_lists[(SIZECLASS_COUNT + 63) / 64]; /* lists the scan stopped, by class */
+  /* Held by a thread taking this cache back; the owner takes it when it finds itself stopped. */
+  pthread_mutex_t reclaim_lock;
   /* statistics, written only by the owner */
   uint64_t refills, flushes, gc_runs;
+  uint64_t reclaims;          /* times taken back while idle; written under the registry lock */
 } tcache_t;
 
 /* ---- central free lists (central.c) ------------------------------------------------------- */

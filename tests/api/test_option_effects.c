@@ -2,6 +2,7 @@
  * settings (options are read at load time), the child runs a small workload and prints qmalloc's
  * statistics as JSON, and the parent compares the numbers against a run with the defaults. */
 #include <malloc.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -25,8 +26,28 @@ static void churn(void) { /* many small objects out and back: exercises the thre
   }
 }
 
+static int idle_pipe[2];
+static pthread_barrier_t idle_now;
+static void *fill_cache_then_idle(void *unused) {
+  churn();
+  pthread_barrier_wait(&idle_now);
+  char c;
+  return read(idle_pipe[0], &c, 1) >= 0 ? NULL : NULL; /* blocks until the process exits */
+}
+
 static int child(const char *workload) {
   if (strcmp(workload, "churn") == 0) churn();
+  if (strcmp(workload, "idle-thread") == 0) { /* one thread fills its cache and blocks; main works 0.4 s */
+    pthread_t t;
+    pthread_barrier_init(&idle_now, NULL, 2);
+    if (pipe(idle_pipe) || pthread_create(&t, NULL, fill_cache_then_idle, NULL)) abort();
+    pthread_barrier_wait(&idle_now);
+    for (int i = 0; i < 40; i++) { /* after the first round all hits, but for the large block */
+      churn();
+      free(malloc(1 << 20));
+      usleep(10 * 1000);
+    }
+  }
   if (strcmp(workload, "large-free") == 0) { /* 4 MiB freed, then some time and activity */
     char *p = malloc(4 << 20);
     memset(p, 1, 4 << 20);
@@ -107,6 +128,18 @@ int main(int argc, char **argv) {
             "tcache_total: unclaimed %lld vs %lld", field(&r, "unclaimed_budget"), field(&base, "unclaimed_budget"));
 
   run(&base, "large-free", NULL);
+  /* tcache_idle_ms: a blocked thread's cache comes back after two scans 20 ms apart (the main
+   * thread's churn runs them, for at least 0.4 s); an hour is too long to see one, and 0 turns
+   * them off. */
+  run(&r, "idle-thread", "QMALLOC_TCACHE_IDLE_MS=3600s");
+  CHECK(exited_ok(&r) && field(&r, "threads") == 2);
+  CHECK_EQ(field(&r, "idle_reclaims"), 0);
+  run(&r, "idle-thread", "QMALLOC_TCACHE_IDLE_MS=20");
+  CHECK_MSG(field(&r, "idle_reclaims") >= 1 && field(&r, "idle_reclaimed_bytes") > (64 << 10),
+            "tcache_idle_ms: %lld reclaims, %lld bytes", field(&r, "idle_reclaims"), field(&r, "idle_reclaimed_bytes"));
+  run(&r, "idle-thread", "QMALLOC_OPTIONS=tcache_idle_ms=20,tcache_idle_ms=0");
+  CHECK_EQ(field(&r, "idle_reclaims"), 0);
+
   CHECK(exited_ok(&base));
   CHECK_EQ(field(&base, "released_bytes_total"), 0); /* 10 s decay: still backed */
   CHECK(field(&base, "pageheap_free") >= (4 << 20));

@@ -5,6 +5,7 @@
 
 #include "internal.h"
 #include "qmalloc.h"
+#include "tcache_window.h"
 #include "testutil.h"
 
 #define CLASS_SIZE 64
@@ -13,8 +14,15 @@ static void *exit_with_cache(void *arg) {
   void *objs[200];
   for (int i = 0; i < 200; i++) objs[i] = qm_malloc(CLASS_SIZE);
   for (int i = 0; i < 200; i++) qm_free(objs[i]);
-  *(size_t *)arg = tcache_self.lists[sizeclass_of(CLASS_SIZE)].length;
+  *(size_t *)arg = list_length(&tcache_self.lists[sizeclass_of(CLASS_SIZE)]);
   return NULL;
+}
+
+/* The owner collects as its slow paths do: inside its window. */
+static void collect(tcache_t *tc) {
+  tcache_open();
+  tcache_gc(tc);
+  tcache_close(tc);
 }
 
 static pthread_barrier_t all_started, may_exit;
@@ -37,7 +45,7 @@ int main(void) {
 
   /* Capacity accounting: the sum over lists of max_length * size. */
   size_t sum = 0;
-  for (unsigned k = 1; k < SIZECLASS_COUNT; k++) sum += (size_t)tc->lists[k].max_length * sizeclass_size[k];
+  for (unsigned k = 1; k < SIZECLASS_COUNT; k++) sum += (size_t)list_max(&tc->lists[k]) * sizeclass_size[k];
   CHECK_EQ(tc->capacity, sum);
   CHECK(tc->capacity <= tc->max_size);
 
@@ -47,25 +55,25 @@ int main(void) {
     for (int i = 0; i < 256; i++) objs[i] = qm_malloc(CLASS_SIZE);
     for (int i = 0; i < 256; i++) qm_free(objs[i]);
   }
-  CHECK(list->length >= 40);
-  tcache_gc(tc); /* start a collection period: low water = length */
-  uint16_t start_len = list->length;
-  CHECK_EQ(list->low_water, start_len);
+  CHECK(list_length(list) >= 40);
+  collect(tc); /* start a collection period: low water = length */
+  uint16_t start_len = list_length(list);
+  CHECK_EQ(list_low_water(list), start_len);
   for (int i = 0; i < 10; i++) objs[i] = qm_malloc(CLASS_SIZE);
-  CHECK_EQ(list->low_water, start_len - 10);
+  CHECK_EQ(list_low_water(list), start_len - 10);
   for (int i = 0; i < 10; i++) qm_free(objs[i]); /* back to start_len; L stays start_len - 10 */
-  uint16_t max_before = list->max_length;
+  uint16_t max_before = list_max(list);
   size_t cap_before = tc->capacity;
   uint32_t low = start_len - 10u;
-  tcache_gc(tc);
-  CHECK_EQ(list->length, start_len - low / 2);
-  CHECK_EQ(list->max_length, max_before - low / 2);
+  collect(tc);
+  CHECK_EQ(list_length(list), start_len - low / 2);
+  CHECK_EQ(list_max(list), max_before - low / 2);
   CHECK(tc->capacity <= cap_before - (size_t)(low / 2) * CLASS_SIZE);
-  CHECK_EQ(list->low_water, list->length);
+  CHECK_EQ(list_low_water(list), list_length(list));
   /* A second collection with no use in between takes half of what is left. */
-  uint16_t len2 = list->length;
-  tcache_gc(tc);
-  CHECK_EQ(list->length, len2 - len2 / 2);
+  uint16_t len2 = list_length(list);
+  collect(tc);
+  CHECK_EQ(list_length(list), len2 - len2 / 2);
 
   /* A producer's list: grown by misses, never filled. Collection takes back the capacity it does
    * not use: its maximum falls to one batch (its length is 0). */
@@ -73,12 +81,12 @@ int main(void) {
   tcache_list_t *plist = &tc->lists[pcls];
   static void *kept[2000];
   for (int i = 0; i < 2000; i++) kept[i] = qm_malloc(128);
-  while (plist->length > 0) kept[0] = qm_malloc(128); /* leak a few: the list must be empty */
-  CHECK(plist->max_length > sizeclass_batch[pcls]);
+  while (list_length(plist) > 0) kept[0] = qm_malloc(128); /* leak a few: the list must be empty */
+  CHECK(list_max(plist) > sizeclass_batch[pcls]);
   size_t cap_producer = tc->capacity;
-  uint16_t pmax = plist->max_length;
-  tcache_gc(tc);
-  CHECK_EQ(plist->max_length, sizeclass_batch[pcls]);
+  uint16_t pmax = list_max(plist);
+  collect(tc);
+  CHECK_EQ(list_max(plist), sizeclass_batch[pcls]);
   CHECK(tc->capacity <= cap_producer - (size_t)(pmax - sizeclass_batch[pcls]) * 128);
   CHECK(tcache_check(tc) == NULL);
   for (int i = 1; i < 2000; i++) qm_free(kept[i]);
@@ -89,7 +97,7 @@ int main(void) {
     for (int i = 0; i < 256; i++) qm_free(objs[i]);
   }
   size_t held = 0;
-  for (unsigned k = 1; k < SIZECLASS_COUNT; k++) held += (size_t)tc->lists[k].length * sizeclass_size[k];
+  for (unsigned k = 1; k < SIZECLASS_COUNT; k++) held += (size_t)list_length(&tc->lists[k]) * sizeclass_size[k];
   CHECK(held <= tc->capacity);
   CHECK(tc->capacity <= tc->max_size);
 

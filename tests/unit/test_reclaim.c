@@ -1,0 +1,206 @@
+/* Idle threads' caches (tcache_window.h, tcache_reclaim_scan): a thread that stops allocating gets
+ * its cache taken back by the second idle scan after it went quiet, every byte of it, with its
+ * budget; a thread that operated between two scans keeps its cache; the owner carries on after a
+ * take; malloc_trim takes every quiet cache at once; and the protocol holds against owners that
+ * never stop (three threads churning objects with checked contents while scans run non-stop). */
+#include <pthread.h>
+#include <string.h>
+
+#include "internal.h"
+#include "qmalloc.h"
+#include "tcache_window.h"
+#include "testutil.h"
+
+static const size_t SIZES[] = {16, 48, 256, 1024, 4096};
+#define NSIZES (sizeof SIZES / sizeof SIZES[0])
+#define PER_SIZE 300
+
+static pthread_barrier_t step;      /* main and the idle worker move through the phases together */
+static size_t held_when_idle;       /* bytes in the worker's cache as it went quiet */
+static const char *worker_check;    /* tcache_check in the worker after its cache was taken */
+static int worker_bad_contents;
+
+static size_t bytes_in(const tcache_t *tc) {
+  size_t bytes = 0;
+  for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) bytes += (size_t)list_length(&tc->lists[cls]) * sizeclass_size[cls];
+  return bytes;
+}
+
+/* Allocates PER_SIZE objects of every size, writes and checks them, frees them: the cache fills. */
+static int churn_all_sizes(unsigned char tag) {
+  static __thread void *objs[NSIZES][PER_SIZE];
+  int bad = 0;
+  for (size_t s = 0; s < NSIZES; s++)
+    for (int i = 0; i < PER_SIZE; i++) {
+      objs[s][i] = qm_malloc(SIZES[s]);
+      memset(objs[s][i], tag, SIZES[s]);
+    }
+  for (size_t s = 0; s < NSIZES; s++)
+    for (int i = 0; i < PER_SIZE; i++) {
+      unsigned char *p = objs[s][i];
+      if (p[0] != tag || p[SIZES[s] - 1] != tag) bad++;
+      qm_free(p);
+    }
+  return bad;
+}
+
+static void *idle_worker(void *unused) {
+  churn_all_sizes(1);
+  held_when_idle = bytes_in(&tcache_self);
+  pthread_barrier_wait(&step); /* 1: quiet now */
+  pthread_barrier_wait(&step); /* 2: main took the cache */
+  worker_bad_contents = churn_all_sizes(2);
+  tcache_t *tc = tcache_open();
+  worker_check = tcache_check(tc);
+  tcache_close(tc);
+  held_when_idle = bytes_in(&tcache_self);
+  pthread_barrier_wait(&step); /* 3: refilled and quiet again */
+  pthread_barrier_wait(&step); /* 4: main saw it once */
+  qm_free(qm_malloc(200));     /* one operation between two scans */
+  pthread_barrier_wait(&step); /* 5 */
+  pthread_barrier_wait(&step); /* 6: done */
+  return NULL;
+}
+
+static void test_idle_thread(void) {
+  pthread_barrier_init(&step, NULL, 2);
+  pthread_t t;
+  pthread_create(&t, NULL, idle_worker, NULL);
+  pthread_barrier_wait(&step); /* 1 */
+  CHECK(held_when_idle > 64 * 1024);
+
+  tcache_totals_t before, after;
+  tcache_thread_stats_t rows[8];
+  stats_snapshot_t s_before, s_after;
+  tcache_totals(&before, NULL, rows, 8);
+  stats_snapshot(&s_before);
+  CHECK_EQ(tcache_reclaim_idle(false), 0);              /* first sight: nothing is idle yet */
+  CHECK_EQ(tcache_reclaim_idle(false), held_when_idle); /* unchanged since: all of it */
+  CHECK_EQ(tcache_reclaim_idle(false), 0);              /* nothing left */
+  tcache_totals(&after, NULL, rows, 8);
+  stats_snapshot(&s_after);
+  CHECK_EQ(after.reclaims, before.reclaims + 1);
+  CHECK_EQ(after.reclaimed_bytes, before.reclaimed_bytes + held_when_idle);
+  CHECK_EQ(after.bytes, before.bytes - held_when_idle);
+  CHECK_EQ(s_before.thread_caches - s_after.thread_caches, held_when_idle);
+  CHECK_EQ(s_after.idle_reclaimed_bytes - s_before.idle_reclaimed_bytes, held_when_idle);
+  /* Its budget went back to the unclaimed total, down to the minimum. */
+  size_t found_min_budget = 0;
+  for (size_t i = 0; i < after.threads && i < 8; i++)
+    if (rows[i].reclaims == 1 && rows[i].budget == TCACHE_STEAL_STEP && rows[i].bytes == 0) found_min_budget++;
+  CHECK_EQ(found_min_budget, 1);
+  CHECK(after.unclaimed > before.unclaimed);
+
+  pthread_barrier_wait(&step); /* 2: the worker carries on with what was left */
+  pthread_barrier_wait(&step); /* 3 */
+  CHECK_EQ(worker_bad_contents, 0);
+  CHECK_MSG(worker_check == NULL, "worker's cache after a take: %s", worker_check ? worker_check : "");
+  CHECK(held_when_idle > 0);
+
+  /* One operation between two scans keeps the cache; the next quiet interval loses it. */
+  tcache_reclaim_idle(false);  /* sees it */
+  pthread_barrier_wait(&step); /* 4 */
+  pthread_barrier_wait(&step); /* 5: it operated once */
+  CHECK_EQ(tcache_reclaim_idle(false), 0);
+  CHECK(tcache_reclaim_idle(false) > 0);
+  pthread_barrier_wait(&step); /* 6 */
+  pthread_join(t, NULL);
+}
+
+/* malloc_trim: every other quiet cache at once, no earlier sighting needed. */
+static pthread_barrier_t trim_step;
+static void *trim_worker(void *unused) {
+  churn_all_sizes(3);
+  pthread_barrier_wait(&trim_step);
+  pthread_barrier_wait(&trim_step);
+  return NULL;
+}
+
+static void test_trim(void) {
+  pthread_barrier_init(&trim_step, NULL, 2);
+  pthread_t t;
+  pthread_create(&t, NULL, trim_worker, NULL);
+  pthread_barrier_wait(&trim_step);
+  tcache_totals_t before, after;
+  tcache_totals(&before, NULL, NULL, 0);
+  CHECK(before.bytes > 64 * 1024);
+  qm_trim(0);
+  tcache_totals(&after, NULL, NULL, 0);
+  CHECK_EQ(after.bytes, 0); /* the worker's went back, and the trimming thread flushed its own */
+  CHECK_EQ(after.reclaims, before.reclaims + 1);
+  pthread_barrier_wait(&trim_step);
+  pthread_join(t, NULL);
+}
+
+/* The race: owners that never stop, a taker that never stops. Each live object carries its owner,
+ * slot and serial in its first and last words; one object handed out twice, or a list corrupted by
+ * a take that overlapped an operation, shows as a mismatch or a crash. */
+#define RACERS 3
+#define RACE_OPS 3000000
+#define SLOTS 64
+static volatile int racers_running;
+static int race_bad[RACERS];
+static const char *race_check[RACERS];
+
+static void *racer(void *arg) {
+  size_t id = (size_t)arg;
+  struct slot { uint64_t *p; size_t words; uint64_t stamp; } live[SLOTS] = {{0}};
+  uint64_t rng = 0x9e3779b97f4a7c15ull * (id + 1);
+  for (uint64_t op = 0; op < RACE_OPS; op++) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    struct slot *s = &live[rng % SLOTS];
+    if (s->p) {
+      if (s->p[0] != s->stamp || s->p[s->words - 1] != s->stamp) race_bad[id]++;
+      qm_free(s->p);
+      s->p = NULL;
+    } else {
+      size_t bytes = 16 << ((rng >> 8) % 8); /* 16 .. 2048 */
+      s->words = bytes / 8;
+      s->p = qm_malloc(bytes);
+      s->stamp = (id << 56) | ((uint64_t)(s - live) << 48) | op;
+      s->p[0] = s->p[s->words - 1] = s->stamp;
+    }
+  }
+  for (int i = 0; i < SLOTS; i++) qm_free(live[i].p);
+  tcache_t *tc = tcache_open();
+  race_check[id] = tcache_check(tc);
+  tcache_close(tc);
+  __atomic_fetch_sub(&racers_running, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+static void test_race(void) {
+  tcache_totals_t before, after;
+  tcache_totals(&before, NULL, NULL, 0);
+  pthread_t ts[RACERS];
+  racers_running = RACERS;
+  for (size_t i = 0; i < RACERS; i++) pthread_create(&ts[i], NULL, racer, (void *)i);
+  uint64_t scans = 0;
+  while (__atomic_load_n(&racers_running, __ATOMIC_ACQUIRE) > 0) {
+    tcache_reclaim_idle(scans % 2 == 0); /* alternately everyone and the idle ones only */
+    scans++;
+  }
+  for (size_t i = 0; i < RACERS; i++) pthread_join(ts[i], NULL);
+  tcache_totals(&after, NULL, NULL, 0);
+  for (size_t i = 0; i < RACERS; i++) {
+    CHECK_EQ(race_bad[i], 0);
+    CHECK_MSG(race_check[i] == NULL, "racer %zu: %s", i, race_check[i] ? race_check[i] : "");
+  }
+  /* The stress did take caches in the middle of the churn (else it proved nothing). */
+  CHECK_MSG(after.reclaims - before.reclaims > 10, "%llu takes in %llu scans",
+            (unsigned long long)(after.reclaims - before.reclaims), (unsigned long long)scans);
+  printf("race: %llu takes in %llu scans\n", (unsigned long long)(after.reclaims - before.reclaims),
+         (unsigned long long)scans);
+}
+
+int main(void) {
+  qm_free(qm_malloc(16));
+  if (!tcache_reclaim_available()) {
+    fprintf(stderr, "membarrier(2) is not available here: nothing to test\n");
+    return 1;
+  }
+  test_idle_thread();
+  test_trim();
+  test_race();
+  return tu_summary("reclaim");
+}
