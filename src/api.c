@@ -14,6 +14,7 @@
 bool api_verify_sizes; /* check=2: sized frees verify the size against the page map */
 
 static void *malloc_slow(size_t size);
+static void *malloc_tick(size_t size, tcache_list_t *list);
 static void free_slow(void *ptr);
 static void free_push_slow(void *ptr, unsigned cls);
 
@@ -33,18 +34,20 @@ QM_INLINE tcache_list_t *tcache_list_of(unsigned cls) {
 #endif
 }
 
-/* malloc stays here when: size <= SMALL_MAX and this thread's list for its class has an object
- * and is not being taken back by another thread (the window, tcache_window.h). (A thread whose
- * cache is not set up yet, or is exiting, has empty lists.) */
+/* malloc stays here when: size <= SMALL_MAX, this thread's list for its class is not due for its
+ * tick, has an object, and is not being taken back by another thread (the window,
+ * tcache_window.h). (A thread whose cache is not set up yet, or is exiting, has empty lists.) */
 QM_INLINE void *malloc_fast(size_t size) {
   if (QM_LIKELY(size <= SMALL_MAX)) {
     tcache_list_t *list = tcache_list_of(sizeclass_of(size));
-    if (QM_LIKELY(list_begin_pop(list))) {
+    if (QM_UNLIKELY((int16_t)--list->tick < 0)) return malloc_tick(size, list);
+    uint16_t before;
+    if (QM_LIKELY(list_begin_pop(list, &before))) {
       void *obj = list->head;
       list->head = *(void **)obj;
-      uint16_t count = (uint16_t)(list->count - 1); /* even again: one object fewer */
+      uint16_t count = (uint16_t)(before - 2); /* one object fewer */
       if (count < list->low_count) list->low_count = count;
-      list_end_pop(list, count);
+      list_end(list, count);
       return obj;
     }
     list_undo_pop(list);
@@ -57,12 +60,12 @@ QM_INLINE void *malloc_fast(size_t size) {
  * not the same object (the cheapest double free to catch). */
 QM_INLINE void free_push(void *ptr, unsigned cls) {
   tcache_list_t *list = tcache_list_of(cls);
-  list_begin_push(list);
+  uint16_t before = list_begin_push(list);
   void *head = list->head;
-  if (QM_LIKELY(list->count < list->max_count && head != ptr)) { /* count is odd: 2L+1 < 2M */
+  if (QM_LIKELY(before < list->max_count && head != ptr)) {
     *(void **)ptr = head;
     list->head = ptr;
-    list_end_push(list);
+    list_end(list, (uint16_t)(before + 2));
     return;
   }
   list_undo_push(list);
@@ -113,6 +116,16 @@ static void *alloc_large(size_t size, size_t alignment, bool *zeroed) {
   span_t *span = pageheap_alloc(npages, align_pages, 0, zeroed);
   if (span == NULL) return fail_enomem();
   return (void *)span->start;
+}
+
+/* Every TCACHE_TICK_POPS pops of a list: the housekeeping that otherwise waits for a slow path. */
+static QM_NOINLINE void *malloc_tick(size_t size, tcache_list_t *list) {
+  list->tick = TCACHE_TICK_POPS;
+  if (init_done) {
+    pageheap_maybe_decay();
+    tcache_maybe_reclaim_idle();
+  }
+  return malloc_slow(size);
 }
 
 static QM_NOINLINE void *malloc_slow(size_t size) {

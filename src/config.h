@@ -55,6 +55,11 @@ static const int qm_debug = 0;
 /* Budget a thread cache starts with, and the step by which it grows or is stolen. */
 #define TCACHE_START_SIZE ((size_t)256 << 10)
 #define TCACHE_STEAL_STEP ((size_t)64 << 10)
+/* Every this many pops of one list, malloc passes its slow path once (the tick): page decay and
+ * idle scans run on slow paths, and a thread whose mallocs all hit would otherwise never run
+ * them. A clock read per 16384 pops costs nothing measurable; a thread using k lists ticks
+ * within k * 16384 mallocs. */
+#define TCACHE_TICK_POPS 16384
 
 /* A transfer cache holds at most this many bytes of whole batches per size class, and at most
  * TRANSFER_SLOTS batches: enough to hand a consumer's flushes to a producer in O(1) without

@@ -234,7 +234,7 @@ static size_t tcache_take_list(tcache_t *tc, unsigned cls, uint32_t n) {
   list->head = NULL;
   list->max_count = 0;
   list->low_count = 0;
-  list->overages = 0;
+  tc->overages[cls] = 0;
   __atomic_store_n(&tc->capacity, tc->capacity - capacity, __ATOMIC_RELAXED);
   return (size_t)n * sizeclass_size[cls];
 }
@@ -444,11 +444,11 @@ void tcache_free_slow(tcache_t *tc, void *obj, unsigned cls) {
    * thread that frees more than it allocates (a consumer): shrinking it keeps it from hoarding. */
   tcache_release(list, cls, list_length(list) < batch ? list_length(list) : batch);
   tc->flushes++;
-  if (list_max(list) >= batch && ++list->overages > TCACHE_MAX_OVERAGES) {
+  if (list_max(list) >= batch && ++tc->overages[cls] > TCACHE_MAX_OVERAGES) {
     uint32_t shrink = list_max(list) > 2 * batch ? batch : list_max(list) - batch;
     list_set_max(list, list_max(list) - shrink);
     tc->capacity -= (size_t)shrink * sizeclass_size[cls];
-    list->overages = 0;
+    tc->overages[cls] = 0;
     if (list->count > list->max_count) tcache_release(list, cls, list_length(list) - list_max(list));
   }
   tcache_maybe_reclaim_idle();

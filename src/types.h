@@ -70,7 +70,7 @@ typedef struct tcache_list_s {
   uint16_t max_count;  /* 2 * maximum length: grows on misses within the budget; 0 sends every
                         * free to the slow path */
   uint16_t low_count;  /* 2 * least length since the last garbage collection */
-  uint16_t overages;   /* times the list overflowed its maximum since it last shrank */
+  uint16_t tick;       /* pops until this list's next tick (housekeeping, see TCACHE_TICK_POPS) */
 } tcache_list_t;
 
 typedef enum { TCACHE_UNINIT = 0, TCACHE_LIVE, TCACHE_DEAD } tcache_state_t;
@@ -84,6 +84,7 @@ typedef struct tcache_s {
    * bytes a cache holds never exceed max_size, and neither fast path has to count bytes. */
   size_t capacity;
   size_t max_size;            /* this thread's budget in bytes; others may lower it (stealing) */
+  uint8_t overages[SIZECLASS_COUNT]; /* times a list overflowed its maximum since it last shrank */
   uint8_t state;              /* tcache_state_t */
   uint8_t gc_idle;            /* growth attempts to let pass before collecting again */
   struct tcache_s *next, *prev; /* registry of live caches, under tcache's registry lock */
