@@ -1,7 +1,8 @@
 """PNG plots of a stored result set (matplotlib, Agg backend, no display needed), one figure
 per benchmark, each drawn only from analysis.BenchData: thread scaling with the paper's ideal
 slope, minor faults against rounds with the fitted predictor, slowdown against object size,
-t-test1 throughput against maximum size per thread count, and bars for the rest."""
+t-test1 throughput against maximum size per thread count, idle-threads' RSS over time, and bars
+for the rest."""
 
 import os
 
@@ -11,6 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from . import analysis  # noqa: E402
+from .benchmarks import Metric  # noqa: E402
 from .report import WORKER, scaling_series  # noqa: E402
 
 COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -150,6 +152,32 @@ def t_test1(directory, data):
     return [_save(fig, directory, "t-test1-ops.png")]
 
 
+def idle_threads(directory, data):
+    """RSS over the idle period, a panel per point; dotted: each allocator's RSS before the workers."""
+    panels = [(p, {a: analysis.rss_series(data, p, a) for a in data.allocators}) for p in data.points]
+    panels = [(p, s) for p, s in panels if any(s.values())]
+    if not panels:
+        return []
+    start = Metric("rss_start_kb", "", "lower")
+    fig, axes = _grid(len(panels))
+    for ax, (p, series) in zip(axes, panels):
+        for i, a in enumerate(data.allocators):
+            if not series[a]:
+                continue
+            xs, ys = series[a]
+            ax.plot(xs, [y / 1024 for y in ys], marker="." if len(xs) < 40 else None, color=_color(i), label=a)
+            before = data.cell(p, a, start).median
+            if before is not None:
+                ax.axhline(before / 1024, color=_color(i), linestyle=":", alpha=0.7)
+        ax.set_title(f"idle-threads: {data.label(p)}", fontsize=9)
+        ax.set_xlabel("seconds since all workers went idle")
+        ax.set_ylabel("RSS, MiB (dotted: before the workers)")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    _shared_legend(fig, axes)
+    return [_save(fig, directory, "idle-threads-rss.png")]
+
+
 def bars(directory, data):
     """Grouped bars: one group per point, one bar per allocator, one panel per metric."""
     metrics = data.bench.metrics
@@ -191,6 +219,8 @@ def render_all(directory, meta, groups):
             files = false_sharing(directory, data)
         elif name == "t-test1":
             files = t_test1(directory, data)
+        elif name == "idle-threads":
+            files = idle_threads(directory, data) or bars(directory, data)
         else:
             files = bars(directory, data)
         out[name] = files
