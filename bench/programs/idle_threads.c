@@ -122,7 +122,7 @@ int main(int argc, char **argv) {
   while ((opt_min_size << (octaves + 1)) < opt_max_size) octaves++;
   uint64_t intervals = (uint64_t)(opt_duration * 1000.0 / (double)opt_interval_ms);
   uint64_t stride = intervals / SERIES_MAX + 1; /* every stride-th sample goes into the series */
-  static uint64_t series[SERIES_MAX + 1];
+  static uint64_t series[SERIES_MAX];
   uint64_t series_len = 0;
   rng_t main_rng;
   rng_seed(&main_rng, opt_seed, opt_threads);
