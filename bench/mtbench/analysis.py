@@ -171,3 +171,44 @@ def fit_predictor(data, alloc):
         return None
     intercept, b = fit_line([r for r, _ in pairs], [m for _, m in pairs])
     return Predictor(a, b, intercept - a, objects)
+
+
+# ---- idle threads: reclaim time and the RSS series -------------------------------------------
+
+def _ok_runs(data, params, alloc):
+    key = freeze(params)
+    return [r for r in data.runs if r["allocator"] == alloc and freeze(r["params"]) == key and r["status"] == "ok"]
+
+
+def reclaim_times(data, params, alloc):
+    """(times in ms of the runs whose RSS fell below start + 10% of the idle excess, number of
+    successful runs) for one idle-threads point and allocator; reclaim_ms = -1 means never."""
+    runs = _ok_runs(data, params, alloc)
+    times = [r["result"]["reclaim_ms"] for r in runs
+             if isinstance(r["result"].get("reclaim_ms"), (int, float)) and r["result"]["reclaim_ms"] >= 0]
+    return times, len(runs)
+
+
+def parse_series(text):
+    """The RESULT line's comma-separated series as a list of numbers; a single sample is parsed as
+    a plain number by the result-line parser, hence str(). None if any entry is not a number."""
+    try:
+        return [float(x) for x in str(text).split(",")]
+    except ValueError:
+        return None
+
+
+def rss_series(data, params, alloc):
+    """(seconds, median RSS in KiB at each) over the successful runs of one idle-threads point and
+    allocator, sample by sample (the runs share one schedule), or None without a stored series."""
+    series, step_ms = [], None
+    for r in _ok_runs(data, params, alloc):
+        s = parse_series(r["result"].get("rss_series_kb", ""))
+        step = r["result"].get("series_step_ms")
+        if s and isinstance(step, (int, float)) and step_ms in (None, step):
+            series.append(s)
+            step_ms = step
+    if not series:
+        return None
+    n = min(len(s) for s in series)
+    return [i * step_ms / 1000.0 for i in range(n)], [statistics.median(s[i] for s in series) for i in range(n)]

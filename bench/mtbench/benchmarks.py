@@ -146,6 +146,17 @@ BENCHMARKS = {b.name: b for b in [
         (PEAK_RSS, Metric("rss_slope_kb_per_s", "RSS trend, second half (KiB/s)", "lower", "{:.1f}", ratios=False),
          Metric("objects_per_s", "objects/s", "higher")),
         ("pairs", "live")),
+    Benchmark(
+        "idle-threads", "Memory: idle threads (do their thread caches come back?)",
+        "Ghemawat & Menage, TCMalloc, 'Garbage Collection of Thread Caches'; DESIGN.md (thread-cache GC)",
+        "TCMalloc's paper garbage-collects a thread cache only when that thread's own frees push it past "
+        "its threshold, so a thread that stops allocating keeps its cache (up to 2 MB) until it exits; an "
+        "allocator that reclaims idle caches and returns free pages brings RSS back toward where it was "
+        "before the workers ran (the RSS-over-time plot shows when).",
+        (Metric("rss_last_kb", "RSS at the last sample (KiB)", "lower", "{:.0f}"),
+         Metric("kept_pct", "idle excess still resident at the last sample (%)", "lower", "{:.0f}", ratios=False),
+         Metric("rss_idle_kb", "RSS when all workers went idle (KiB)", "lower", "{:.0f}")),
+        ("threads", "kilobytes", "duration")),
 ]}
 
 
@@ -231,10 +242,11 @@ def _paper():
 
 def _memory():
     """The memory scenarios only (not part of quick): a couple of minutes with 5 allocators."""
-    return Preset("memory", "memory scenarios: two phases, thread churn, steady state", 2, {
+    return Preset("memory", "memory scenarios: two phases, thread churn, steady state, idle threads", 2, {
         "two-phase": _points(megabytes=300, sleep=1.0),
         "thread-churn": _points(threads=10_000, kilobytes=1024),
         "steady-state": _points(pairs=2, live=100_000, duration=5.0),
+        "idle-threads": _points(threads=8, kilobytes=4096, rounds=20, duration=15.0),
     })
 
 
@@ -250,6 +262,7 @@ def _smoke():
         "two-phase": _points(megabytes=4, sleep=0),
         "thread-churn": _points(threads=20, kilobytes=64),
         "steady-state": _points(pairs=1, live=1000, duration=0.2, sample=0.02),
+        "idle-threads": _points(threads=2, kilobytes=256, rounds=2, duration=1.0),
     })
 
 

@@ -1,7 +1,8 @@
 """PNG plots of a stored result set (matplotlib, Agg backend, no display needed), one figure
 per benchmark, each drawn only from analysis.BenchData: thread scaling with the paper's ideal
 slope, minor faults against rounds with the fitted predictor, slowdown against object size,
-t-test1 throughput against maximum size per thread count, and bars for the rest."""
+t-test1 throughput against maximum size per thread count, idle-threads' RSS over time, and bars
+for the rest."""
 
 import os
 
@@ -11,6 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from . import analysis  # noqa: E402
+from .benchmarks import Metric  # noqa: E402
 from .report import WORKER, scaling_series  # noqa: E402
 
 COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -150,6 +152,43 @@ def t_test1(directory, data):
     return [_save(fig, directory, "t-test1-ops.png")]
 
 
+def idle_threads(directory, data):
+    """RSS over the idle period, a row per point: in MiB (dotted: each allocator's RSS before the
+    workers), and as the share of the idle excess still resident, which puts allocators of very
+    different footprints on one scale (the dashed line at 10% is the reclaim threshold)."""
+    panels = [(p, {a: analysis.rss_series(data, p, a) for a in data.allocators}) for p in data.points]
+    panels = [(p, s) for p, s in panels if any(s.values())]
+    if not panels:
+        return []
+    start = Metric("rss_start_kb", "", "lower")
+    fig, grid = plt.subplots(len(panels), 2, figsize=(11, 4.2 * len(panels)), squeeze=False)
+    for (ax, ax_pct), (p, series) in zip(grid, panels):
+        for i, a in enumerate(data.allocators):
+            if not series[a]:
+                continue
+            xs, ys = series[a]
+            marker = "." if len(xs) < 40 else None
+            ax.plot(xs, [y / 1024 for y in ys], marker=marker, color=_color(i), label=a)
+            before = data.cell(p, a, start).median
+            if before is None:
+                continue
+            ax.axhline(before / 1024, color=_color(i), linestyle=":", alpha=0.7)
+            if ys[0] > before:
+                ax_pct.plot(xs, [100.0 * (y - before) / (ys[0] - before) for y in ys], marker=marker, color=_color(i))
+        ax.set_title(f"idle-threads {data.label(p)}: RSS", fontsize=9)
+        ax.set_ylabel("RSS, MiB (dotted: before the workers)")
+        ax.set_ylim(bottom=0)
+        ax_pct.axhline(10, color="grey", linestyle="--", alpha=0.7)
+        ax_pct.set_title(f"idle-threads {data.label(p)}: idle excess still resident", fontsize=9)
+        ax_pct.set_ylabel("% of (RSS when idle − RSS before)")
+        ax_pct.set_ylim(bottom=0)
+        for a_ in (ax, ax_pct):
+            a_.set_xlabel("seconds since all workers went idle")
+            a_.grid(alpha=0.3)
+    _shared_legend(fig, list(grid.flat))
+    return [_save(fig, directory, "idle-threads-rss.png")]
+
+
 def bars(directory, data):
     """Grouped bars: one group per point, one bar per allocator, one panel per metric."""
     metrics = data.bench.metrics
@@ -191,6 +230,8 @@ def render_all(directory, meta, groups):
             files = false_sharing(directory, data)
         elif name == "t-test1":
             files = t_test1(directory, data)
+        elif name == "idle-threads":
+            files = idle_threads(directory, data) or bars(directory, data)
         else:
             files = bars(directory, data)
         out[name] = files

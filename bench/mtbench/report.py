@@ -6,6 +6,7 @@ meta.json + runs.jsonl, so `mtbench report DIR` redraws a finished or interrupte
 
 import math
 import os
+import statistics
 
 from . import analysis, qmstats, store
 from .benchmarks import Metric
@@ -213,6 +214,35 @@ def false_sharing_sections(data):
             "hyperthreads of one core), not that the allocator avoided sharing: check the shared-objects table.\n")
 
 
+def idle_threads_sections(data):
+    """Per point and allocator: RSS before the workers, when they went idle and at the last
+    sample (medians), and when 90% of the idle excess had come back, if it did."""
+    allocs = data.allocators
+    kib = Metric("rss_kb", "", "lower", "{:.0f}")
+    rows = []
+    for p in data.points:
+        cells = []
+        for a in allocs:
+            med = {k: data.cell(p, a, Metric(k, "", "lower")).median
+                   for k in ("rss_start_kb", "rss_idle_kb", "rss_last_kb", "duration")}
+            if med["rss_idle_kb"] is None:
+                cells.append("-")
+                continue
+            times, n = analysis.reclaim_times(data, p, a)
+            if times:
+                back = f"90% back after {statistics.median(times):.0f} ms ({len(times)} of {n} runs)"
+            else:
+                back = f"90% never back within {fmt_value(med['duration'])} s"
+            cells.append(f"{fmt_value(med['rss_start_kb'], kib)} → {fmt_value(med['rss_idle_kb'], kib)} → "
+                         f"{fmt_value(med['rss_last_kb'], kib)}; {back}")
+        rows.append(f"| {data.label(p)} | " + " | ".join(cells) + " |")
+    return ("**Does it come back?** RSS in KiB before the workers started → when all were idle → at the last "
+            "sample (medians), and the first time after going idle at which RSS fell below the start plus 10% of "
+            "the idle excess (median over the runs that got there).\n\n"
+            f"| {' '.join(data.varying_keys())} | " + " | ".join(allocs) + " |\n|---|" + "---|" * len(allocs) + "\n"
+            + "\n".join(rows) + "\n")
+
+
 # ---- qmalloc's own statistics ---------------------------------------------------------------
 
 HIT_RATE_NOTE = ("Hit rate ≈ 1 − refills / mallocs is only an estimate: qmalloc does not count mallocs, so the "
@@ -343,6 +373,8 @@ def render(directory, make_plots=True):
             md.append(heap_leak_sections(data))
         elif name == "false-sharing":
             md.append(false_sharing_sections(data))
+        elif name == "idle-threads":
+            md.append(idle_threads_sections(data))
         for f in plot_files.get(name, []):
             md.append(f"![{name}]({f})\n")
         for metric in b.metrics:

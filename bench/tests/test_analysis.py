@@ -81,6 +81,37 @@ class PredictorTest(unittest.TestCase):
         self.assertIsNone(analysis.fit_predictor(data, "a"))
 
 
+class IdleThreadsTest(unittest.TestCase):
+    """Reclaim times and the RSS series of idle-threads, from synthetic runs with known answers."""
+
+    P = {"threads": 8, "kilobytes": 4096}
+
+    def data(self, results, extra=()):
+        runs = [run("idle-threads", "a", self.P, r) for r in results] + list(extra)
+        return analysis.group({"allocators": []}, runs)["idle-threads"]
+
+    def test_reclaim_times_leave_out_never(self):
+        data = self.data([{"reclaim_ms": 750.5}, {"reclaim_ms": -1}, {"reclaim_ms": 250}],
+                         [run("idle-threads", "a", self.P, None, status="crashed")])
+        self.assertEqual(analysis.reclaim_times(data, self.P, "a"), ([750.5, 250], 3))
+
+    def test_series_median_sample_by_sample(self):
+        data = self.data([{"rss_series_kb": "100,90,80", "series_step_ms": 500},
+                          {"rss_series_kb": "300,70,60,50", "series_step_ms": 500},
+                          {"rss_series_kb": "200,80,10", "series_step_ms": 500}])
+        self.assertEqual(analysis.rss_series(data, self.P, "a"), ([0.0, 0.5, 1.0], [200, 80, 60]))
+
+    def test_series_single_sample_and_other_schedules(self):
+        # One sample parses as a plain number; a run on another schedule is left out, not mixed in.
+        data = self.data([{"rss_series_kb": 1234, "series_step_ms": 250},
+                          {"rss_series_kb": "1,2", "series_step_ms": 100}])
+        self.assertEqual(analysis.rss_series(data, self.P, "a"), ([0.0], [1234]))
+
+    def test_no_series(self):
+        data = self.data([{"reclaim_ms": -1}, {"rss_series_kb": "12,x", "series_step_ms": 250}])
+        self.assertIsNone(analysis.rss_series(data, self.P, "a"))
+
+
 class PlanTest(unittest.TestCase):
     def test_interleaved_and_rotated(self):
         preset = benchmarks.preset("smoke")

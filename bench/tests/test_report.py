@@ -1,5 +1,6 @@
 """`mtbench report DIR` on the stored fixtures. fixture/ (a real smoke run: system, jemalloc and a
-library that crashes on 512-byte requests, recorded before qmalloc's statistics were stored):
+library that crashes on 512-byte requests, recorded before qmalloc's statistics were stored; its
+idle-threads runs were recorded later, with the same allocators, and appended):
 report.md, summary.txt and every plot come from the stored data alone, the tables show the stored
 figures, crashes are marked, and redrawing is repeatable. fixture-qmalloc/ (a real smoke run of
 system and qmalloc, two repetitions): the "qmalloc internals" table of every benchmark shows the
@@ -18,7 +19,7 @@ from mtbench.report import fmt_bytes, fmt_value
 
 PLOTS = ["malloc-test-scaling.png", "heap-leak-faults.png", "false-sharing-slowdown.png", "t-test1-ops.png",
          "mallbench-bars.png", "prodcons-bars.png", "two-phase-bars.png", "thread-churn-bars.png",
-         "steady-state-bars.png"]
+         "steady-state-bars.png", "idle-threads-rss.png"]
 
 
 class ReportFromFixtureTest(unittest.TestCase):
@@ -82,6 +83,25 @@ class ReportFromFixtureTest(unittest.TestCase):
         self.assertIn("Thread scaling", self.report)
         self.assertIn("Lower-bound predictor", self.report)
         self.assertRegex(self.report, r"\| system \| \d+ \+ -?\d+\.\d\d·t·r \+ -?\d+\.\d·t \|")
+
+    def test_idle_threads_section_shows_stored_figures(self):
+        body = sections(self.report)[benchmarks.BENCHMARKS["idle-threads"].title]
+        cells = dict(zip(["system", "jemalloc", "crashy"], table_rows(body, "| threads | system")[0][1:]))
+        kib = benchmarks.Metric("rss_kb", "", "lower", "{:.0f}")
+        for alloc in ("system", "jemalloc"):
+            runs = [r for r in self.runs if r["bench"] == "idle-threads" and r["allocator"] == alloc]
+            self.assertEqual([r["status"] for r in runs], ["ok", "ok"])
+            med = {k: statistics.median(r["result"][k] for r in runs) for k in ("rss_start_kb", "rss_idle_kb", "rss_last_kb")}
+            self.assertTrue(cells[alloc].startswith(f"{fmt_value(med['rss_start_kb'], kib)} → "
+                                                    f"{fmt_value(med['rss_idle_kb'], kib)} → "
+                                                    f"{fmt_value(med['rss_last_kb'], kib)}; "), cells[alloc])
+            reached = [r["result"]["reclaim_ms"] for r in runs if r["result"]["reclaim_ms"] >= 0]
+            if reached:
+                self.assertIn(f"90% back after {statistics.median(reached):.0f} ms ({len(reached)} of 2 runs)", cells[alloc])
+            else:
+                self.assertIn("90% never back within 1 s", cells[alloc])
+        self.assertEqual(cells["crashy"], "-")
+        self.assertIn("![idle-threads](idle-threads-rss.png)", body)
 
     def test_no_internals_without_qmalloc(self):
         self.assertNotIn("qmalloc internals", self.report)
@@ -184,6 +204,18 @@ class QmallocInternalsReportTest(unittest.TestCase):
         self.assertAlmostEqual(rate, 1000 * statistics.median(self.stored("malloc-test", p, "refills")) / (2 * 2000),
                                delta=0.01 * rate)
         self.assertIn("leave with _exit", body)
+
+    def test_idle_threads_caches_seen_at_exit(self):
+        # The program exits without joining its idle workers, so qmalloc's exit statistics still
+        # count their caches: every worker's cache and the main thread's are live.
+        body, rows = self.internals_rows("idle-threads")
+        p = benchmarks.preset("smoke").points["idle-threads"][0]
+        runs = [r for r in self.runs if r["bench"] == "idle-threads" and r["allocator"] == "qmalloc"]
+        self.assertEqual(len(runs), 2)
+        for r in runs:
+            self.assertEqual(r["qmalloc_stats"]["threads"], p["threads"] + 1)
+            self.assertGreater(r["qmalloc_stats"]["thread_caches"], 0)
+        self.assertEqual(rows[f"threads={p['threads']}"][1], fmt_bytes(statistics.median(self.stored("idle-threads", p, "thread_caches"))))
 
     def test_fmt_bytes(self):
         self.assertEqual(fmt_bytes(0), "0 B")
