@@ -52,6 +52,7 @@ unsigned central_remove(unsigned cls, void **head, unsigned want) {
   pthread_mutex_lock(&c->lock);
   if (want == c->batch && c->transfer_count > 0) {
     *head = c->transfer[--c->transfer_count];
+    if (c->transfer_count < c->transfer_low) c->transfer_low = c->transfer_count;
     pthread_mutex_unlock(&c->lock);
     return want;
   }
@@ -147,6 +148,23 @@ void central_drain_transfer(void) {
     span_t *emptied = NULL;
     pthread_mutex_lock(&c->lock);
     while (c->transfer_count > 0) central_insert_spans(c, cls, c->transfer[--c->transfer_count], &emptied);
+    pthread_mutex_unlock(&c->lock);
+    central_free_spans(emptied);
+  }
+}
+
+/* Seed 002's low-water rule applied to the transfer caches, once per idle interval: the batches
+ * no thread took since the last call go back to their spans, so that spans can empty and their
+ * pages decay. Without it, up to TRANSFER_BYTES_MAX per class stays parked after the threads
+ * that freed those objects went idle (4.7 MB in mtbench's idle-threads scenario). */
+void central_drain_idle_transfer(void) {
+  for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
+    central_t *c = &central_lists[cls];
+    span_t *emptied = NULL;
+    pthread_mutex_lock(&c->lock);
+    for (uint32_t idle = c->transfer_low; idle > 0 && c->transfer_count > 0; idle--)
+      central_insert_spans(c, cls, c->transfer[--c->transfer_count], &emptied);
+    c->transfer_low = c->transfer_count;
     pthread_mutex_unlock(&c->lock);
     central_free_spans(emptied);
   }

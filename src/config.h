@@ -57,9 +57,10 @@ static const int qm_debug = 0;
 #define TCACHE_STEAL_STEP ((size_t)64 << 10)
 /* Every this many pops of one list, malloc passes its slow path once (the tick): page decay and
  * idle scans run on slow paths, and a thread whose mallocs all hit would otherwise never run
- * them. A clock read per 16384 pops costs nothing measurable; a thread using k lists ticks
- * within k * 16384 mallocs. */
-#define TCACHE_TICK_POPS 16384
+ * them. Summed over lists, a thread ticks about once per 4096 mallocs (two clock reads and a
+ * slow-path pop: about 0.02 ns per malloc). 16384 left mtbench's idle-threads main thread (16k
+ * mallocs a second over ~60 classes) one tick a second, too few for decay to follow in 8 s. */
+#define TCACHE_TICK_POPS 4096
 
 /* A transfer cache holds at most this many bytes of whole batches per size class, and at most
  * TRANSFER_SLOTS batches: enough to hand a consumer's flushes to a producer in O(1) without

@@ -84,6 +84,9 @@ unsigned central_remove(unsigned cls, void **head, unsigned want);
 void central_insert(unsigned cls, void *head, unsigned count);
 /* Empties every transfer cache into the spans (malloc_trim). */
 void central_drain_transfer(void);
+/* Returns to their spans the transfer-cache batches no thread took since the last call (the idle
+ * scan calls it every tcache_idle_ms). */
+void central_drain_idle_transfer(void);
 void central_lock_for_fork(void);
 void central_unlock_after_fork(bool child);
 

@@ -40,7 +40,9 @@
  *   other. Not measured separately.
  * - tcache_idle_ms 1 s: a cache taken back from a thread that was not idle after all costs that
  *   thread one refill per list it uses again (microseconds), against at least a second of not
- *   operating; the reclaim scan itself runs at most once per interval.
+ *   operating; the scan runs at most once per interval. With it, mtbench idle-threads (8 threads
+ *   x 4 MiB, then idle) went from 34.7 MB to 3.0 MB resident in 14.5 s, the decay included. The
+ *   same interval paces the return of unused transfer-cache batches to their spans.
  * - decay_ms 10 s (jemalloc's dirty-page decay) and retain_max 64 MiB: not measured; the two-phase
  *   scenario (docs/design.md) shows what they give: 14% of the peak resident right after a 300 MB
  *   phase ends, 3% once the decay has passed.

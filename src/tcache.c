@@ -322,17 +322,19 @@ bool tcache_reclaim_available(void) { return tcache_registry.can_stop_others; }
 
 /* Whoever finds the registry busy leaves the scan to the next caller. */
 void tcache_maybe_reclaim_idle(void) {
-  if (!init_done || !tcache_registry.can_stop_others) return;
+  if (!init_done) return;
   uint64_t interval = (uint64_t)option(OPTION_TCACHE_IDLE_MS);
   if (interval == 0) return;
   uint64_t now = os_now_ms();
   if (now < __atomic_load_n(&tcache_registry.next_scan_ms, __ATOMIC_RELAXED)) return;
   if (pthread_mutex_trylock(&tcache_registry.lock) != 0) return;
-  if (now >= tcache_registry.next_scan_ms) {
+  bool due = now >= tcache_registry.next_scan_ms;
+  if (due) {
     __atomic_store_n(&tcache_registry.next_scan_ms, now + interval, __ATOMIC_RELAXED);
     tcache_reclaim_scan(false);
   }
   pthread_mutex_unlock(&tcache_registry.lock);
+  if (due) central_drain_idle_transfer();
 }
 
 void tcache_gc(tcache_t *tc) {

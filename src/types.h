@@ -109,6 +109,7 @@ typedef struct central_s {
   uint32_t batch;         /* objects per transfer batch */
   uint32_t transfer_capacity; /* batches the transfer cache may hold */
   uint32_t transfer_count;    /* full batches held now */
+  uint32_t transfer_low;      /* least transfer_count since the last idle drain */
   void *transfer[TRANSFER_SLOTS]; /* each a NULL-terminated chain of exactly `batch` objects */
   uint64_t spans_in_use;  /* small spans of this class (statistics) */
   uint64_t free_in_spans; /* objects free inside those spans */

@@ -1,6 +1,7 @@
 /* Central lists: a whole batch goes through the transfer cache untouched; partial chains go
- * back to their spans; a span whose objects are all back returns to the page heap; a double
- * return is caught (death test in a child). */
+ * back to their spans; a span whose objects are all back returns to the page heap; batches that
+ * sit unused for an idle interval go back to their spans; a double return is caught (death test
+ * in a child). */
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,6 +49,25 @@ int main(void) {
   central_insert(cls, all, per_span);
   central_drain_transfer();
   CHECK_EQ(c->spans_in_use, spans0);
+
+  /* Idle drain (seed 002's rule on transfer caches): batches nobody took since the previous call
+   * go back to their spans; batches taken in between lower the mark. */
+  central_drain_transfer();
+  central_drain_idle_transfer(); /* mark: 0 batches */
+  void *batches[4];
+  for (int i = 0; i < 4; i++) CHECK_EQ(central_remove(cls, &batches[i], c->batch), c->batch);
+  for (int i = 0; i < 4; i++) central_insert(cls, batches[i], c->batch);
+  CHECK_EQ(c->transfer_count, 4);
+  central_drain_idle_transfer(); /* the mark was 0: nothing goes; mark now 4 */
+  CHECK_EQ(c->transfer_count, 4);
+  void *taken = NULL;
+  CHECK_EQ(central_remove(cls, &taken, c->batch), c->batch); /* 3 left: mark 3 */
+  central_insert(cls, taken, c->batch);                     /* 4 again */
+  central_drain_idle_transfer(); /* the 3 that sat unused go back */
+  CHECK_EQ(c->transfer_count, 1);
+  central_drain_idle_transfer(); /* and the last one next time */
+  CHECK_EQ(c->transfer_count, 0);
+  CHECK_EQ(c->spans_in_use, spans0); /* every span emptied went back to the page heap */
 
   /* Returning an object twice is fatal once its span has nothing out: a class with one object per
    * span makes that immediate. */
