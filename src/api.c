@@ -339,7 +339,7 @@ QM_EXPORT void qm_free_aligned_sized(void *ptr, size_t alignment, size_t size) {
 QM_EXPORT int qm_trim(size_t pad) {
   if (!init_done) return 0;
   tcache_flush_self();
-  tcache_reclaim_all();
+  tcache_reclaim_idle(true); /* every other cache not in use right now */
   central_drain_transfer();
   return pageheap_release_all() > 0;
 }

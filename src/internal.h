@@ -119,8 +119,6 @@ size_t tcache_reclaim_idle(bool everyone);
  * same as at the previous one, so a thread that stops operating gives its cache back one to two
  * intervals later, at the first of those events elsewhere. Takes the registry lock (try-lock). */
 void tcache_maybe_reclaim_idle(void);
-/* malloc_trim: takes back every other thread's cache that is not in use at this moment. */
-void tcache_reclaim_all(void);
 /* Whether caches can be taken back at all (membarrier(2) works). */
 bool tcache_reclaim_available(void);
 /* Process init: the thread-exit hook and the budget. Does not allocate. */

@@ -316,8 +316,6 @@ size_t tcache_reclaim_idle(bool everyone) {
   return bytes;
 }
 
-void tcache_reclaim_all(void) { tcache_reclaim_idle(true); }
-
 bool tcache_reclaim_available(void) { return tcache_registry.can_stop_others; }
 
 /* Whoever finds the registry busy leaves the scan to the next caller. */

@@ -97,6 +97,5 @@ QM_WINDOW_INLINE uint32_t list_max(const tcache_list_t *list) { return list->max
 QM_WINDOW_INLINE uint32_t list_low_water(const tcache_list_t *list) { return list->low_count >> 1; }
 QM_WINDOW_INLINE void list_set_length(tcache_list_t *list, uint32_t n) { list->count = (uint16_t)(n << 1); }
 QM_WINDOW_INLINE void list_set_max(tcache_list_t *list, uint32_t n) { list->max_count = (uint16_t)(n << 1); }
-QM_WINDOW_INLINE void list_set_low_water(tcache_list_t *list, uint32_t n) { list->low_count = (uint16_t)(n << 1); }
 
 #endif
