@@ -112,7 +112,6 @@ static void *alloc_large(size_t size, size_t alignment, bool *zeroed) {
   if (size > PTRDIFF_MAX) return fail_enomem();
   size_t npages = (size + PAGE_MASK) >> PAGE_SHIFT;
   size_t align_pages = alignment > PAGE_SIZE ? alignment >> PAGE_SHIFT : 1;
-  tcache_maybe_reclaim_idle(); /* large blocks are an event elsewhere for idle scans */
   span_t *span = pageheap_alloc(npages, align_pages, 0, zeroed);
   if (span == NULL) return fail_enomem();
   return (void *)span->start;
@@ -121,10 +120,7 @@ static void *alloc_large(size_t size, size_t alignment, bool *zeroed) {
 /* Every TCACHE_TICK_POPS pops of a list: the housekeeping that otherwise waits for a slow path. */
 static QM_NOINLINE void *malloc_tick(size_t size, tcache_list_t *list) {
   list->tick = TCACHE_TICK_POPS;
-  if (init_done) {
-    pageheap_maybe_decay();
-    tcache_maybe_reclaim_idle();
-  }
+  tcache_housekeeping();
   return malloc_slow(size);
 }
 

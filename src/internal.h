@@ -61,7 +61,7 @@ bool pageheap_resize_in_place(span_t *span, size_t new_npages);
 /* Huge blocks (>= release_large) are direct mappings; this grows or shrinks one with mremap. */
 span_t *pageheap_remap(span_t *span, size_t new_npages);
 /* Runs the decay if a backed span is due (cheap check without the lock otherwise). */
-void pageheap_maybe_decay(void);
+void pageheap_maybe_decay(uint64_t now);
 /* Releases every free backed page to the OS; returns the bytes released. */
 size_t pageheap_release_all(void);
 void pageheap_lock_for_fork(void);
@@ -114,11 +114,13 @@ void tcache_close(tcache_t *tc);
  * previous scan (all other caches not in use right now if `everyone`). Returns the bytes taken.
  * Runs by itself every tcache_idle_ms from slow paths; tests and malloc_trim call it directly. */
 size_t tcache_reclaim_idle(bool everyone);
-/* Runs an idle scan if tcache_idle_ms passed since the last one. Slow paths call it: refills,
- * flushes, collections, new threads, large blocks. A scan finds idle the caches that look the
- * same as at the previous one, so a thread that stops operating gives its cache back one to two
- * intervals later, at the first of those events elsewhere. Takes the registry lock (try-lock). */
-void tcache_maybe_reclaim_idle(void);
+/* What waits for a slow path: page decay (pageheap_maybe_decay), and an idle scan with the
+ * transfer-cache drain if tcache_idle_ms passed since the last one. Slow paths call it: refills,
+ * flushes, collections, new threads, and the tick (one malloc in about 4096). A scan finds idle
+ * the caches that look the same as at the previous one, so a thread that stops operating gives its
+ * cache back one to two intervals later, at the first of those events elsewhere. Takes the
+ * registry lock (try-lock), central and page-heap locks. */
+void tcache_housekeeping(void);
 /* Whether caches can be taken back at all (membarrier(2) works). */
 bool tcache_reclaim_available(void);
 /* Process init: the thread-exit hook and the budget. Does not allocate. */

@@ -156,8 +156,7 @@ static void pageheap_decay(uint64_t now) {
   pageheap.next_decay_ms = pageheap.oldest ? pageheap.oldest->freed_ms + decay : UINT64_MAX;
 }
 
-void pageheap_maybe_decay(void) {
-  uint64_t now = os_now_ms();
+void pageheap_maybe_decay(uint64_t now) {
   if (now < __atomic_load_n(&pageheap.next_decay_ms, __ATOMIC_RELAXED)) return;
   pthread_mutex_lock(&pageheap.lock);
   pageheap_decay(now);

@@ -36,16 +36,22 @@ static void tcache_thread_exit(void *unused);
 
 /* ---- moving objects to the central lists --------------------------------------------------- */
 
+/* Gives the first n (> 0) objects of a chain to the central list of cls; returns the rest. */
+static void *tcache_hand_over(unsigned cls, void *head, uint32_t n) {
+  void *last = head;
+  for (uint32_t i = 1; i < n; i++) last = *(void **)last;
+  void *rest = *(void **)last;
+  *(void **)last = NULL;
+  central_insert(cls, head, n);
+  return rest;
+}
+
 /* Moves the first n objects of a list to the central list of cls. */
 static void tcache_release(tcache_list_t *list, unsigned cls, uint32_t n) {
   if (n == 0) return;
-  void *head = list->head, *last = head;
-  for (uint32_t i = 1; i < n; i++) last = *(void **)last;
-  list->head = *(void **)last;
-  *(void **)last = NULL;
+  list->head = tcache_hand_over(cls, list->head, n);
   list_set_length(list, list_length(list) - n);
   if (list->count < list->low_count) list->low_count = list->count;
-  central_insert(cls, head, n);
 }
 
 /* Releases in batch-sized chains so the transfer cache can take them whole. */
@@ -108,7 +114,7 @@ static void tcache_thread_init(tcache_t *tc) {
   pthread_mutex_unlock(&tcache_registry.lock);
   tc->state = TCACHE_LIVE;
   pthread_setspecific(key, tc); /* may allocate (keys past 32): the cache is live already */
-  tcache_maybe_reclaim_idle();
+  tcache_housekeeping();
 }
 
 /* The owner found op_seq negative: a taker stopped this cache (or, after 2^30 slow paths, the
@@ -221,15 +227,7 @@ static size_t tcache_take_list(tcache_t *tc, unsigned cls, uint32_t n) {
   tcache_list_t *list = &tc->lists[cls];
   uint32_t batch = sizeclass_batch[cls];
   void *rest = list->head;
-  for (uint32_t left = n; left > 0;) {
-    uint32_t k = left < batch ? left : batch;
-    void *first = rest, *last = rest;
-    for (uint32_t i = 1; i < k; i++) last = *(void **)last;
-    rest = *(void **)last;
-    *(void **)last = NULL;
-    central_insert(cls, first, k);
-    left -= k;
-  }
+  for (uint32_t left = n, k; left > 0; left -= k) rest = tcache_hand_over(cls, rest, k = left < batch ? left : batch);
   size_t capacity = (size_t)list_max(list) * sizeclass_size[cls];
   list->head = NULL;
   list->max_count = 0;
@@ -319,11 +317,9 @@ size_t tcache_reclaim_idle(bool everyone) {
 bool tcache_reclaim_available(void) { return tcache_registry.can_stop_others; }
 
 /* Whoever finds the registry busy leaves the scan to the next caller. */
-void tcache_maybe_reclaim_idle(void) {
-  if (!init_done) return;
+static void tcache_maybe_reclaim_idle(uint64_t now) {
   uint64_t interval = (uint64_t)option(OPTION_TCACHE_IDLE_MS);
   if (interval == 0) return;
-  uint64_t now = os_now_ms();
   if (now < __atomic_load_n(&tcache_registry.next_scan_ms, __ATOMIC_RELAXED)) return;
   if (pthread_mutex_trylock(&tcache_registry.lock) != 0) return;
   bool due = now >= tcache_registry.next_scan_ms;
@@ -333,6 +329,13 @@ void tcache_maybe_reclaim_idle(void) {
   }
   pthread_mutex_unlock(&tcache_registry.lock);
   if (due) central_drain_idle_transfer();
+}
+
+void tcache_housekeeping(void) {
+  if (!init_done) return;
+  uint64_t now = os_now_ms();
+  pageheap_maybe_decay(now);
+  tcache_maybe_reclaim_idle(now);
 }
 
 void tcache_gc(tcache_t *tc) {
@@ -361,8 +364,7 @@ void tcache_gc(tcache_t *tc) {
   tc->gc_runs++;
   /* Nothing to take back: don't rescan on each of the next growth attempts. */
   tc->gc_idle = reclaimed ? 0 : 32;
-  pageheap_maybe_decay();
-  tcache_maybe_reclaim_idle();
+  tcache_housekeeping();
 }
 
 /* Raises a list's maximum by delta if the budget has room. When it has not: take budget nobody
@@ -415,8 +417,7 @@ void *tcache_alloc_slow(tcache_t *tc, unsigned cls) {
   list->head = *(void **)head;
   list_set_length(list, got - 1);
   list->low_count = 0;
-  pageheap_maybe_decay();
-  tcache_maybe_reclaim_idle();
+  tcache_housekeeping();
   tcache_debug_check(tc, "refill");
   return obj;
 }
@@ -451,7 +452,7 @@ void tcache_free_slow(tcache_t *tc, void *obj, unsigned cls) {
     tc->overages[cls] = 0;
     if (list->count > list->max_count) tcache_release(list, cls, list_length(list) - list_max(list));
   }
-  tcache_maybe_reclaim_idle();
+  tcache_housekeeping();
   tcache_debug_check(tc, "flush");
 }
 
