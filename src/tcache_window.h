@@ -1,26 +1,35 @@
 /* Windows: how another thread can take back the cache of a thread that stopped allocating, with
- * no lock and no atomic instruction on the owner's fast paths.
+ * no lock and no atomic instruction on the owner's fast paths, and no instruction added to them.
  *
- * The owner marks when it is inside an operation, in two places:
- *   - each list's count is twice its length, plus one while the owner pushes or pops (odd =
- *     inside). The fast paths' existing length update becomes two: a one-instruction add
- *     before touching the list, a store after.
- *   - the cache's op_seq gets 1 added when a slow path starts and again when it ends (odd =
+ * What the owner already does serves as its marks:
+ *   - a pop subtracts one from its list's count before it touches the list, and stores the new
+ *     count after it (counts are in halves: odd = inside a pop). The subtract's sign is the test
+ *     a pop needs anyway (an empty list, or one at its floor, has count 0), so the mark is free;
+ *   - a push reads the count, compares it with max_count, links the object, and adds two to the
+ *     count in memory as its last step. It makes no mark: a taker copes with one push in flight
+ *     instead (below);
+ *   - a slow path adds 1 to the cache's op_seq when it starts and again when it ends (odd =
  *     inside); slow paths are the only ones that touch several lists, capacity and budget.
  * A taker (tcache.c, tcache_reclaim_scan) works like one side of Dekker's algorithm, with the
- * owner's fence paid by the kernel: it reads a mark (even: the owner is outside), sets bit 15
- * (lists) or 31 (op_seq) with a compare-and-swap from that value (STOP), calls membarrier(2) so
- * that every running thread of the process executes a full barrier, and reads the mark again. A
- * mark still exactly as it was set means no operation started in between, and every later one
- * sees the bit:
- *   - a pop's first add (count - 1) comes out negative and the pop gives up; an empty list (count
- *     0) gives up the same way, so this branch replaces the empty-list test;
- *   - a push compares the count it found with max_count, and a stopped count is above any maximum;
- *   - a slow path's first add on op_seq comes out negative and it waits (tcache_wake).
- * An add that raced the compare-and-swap (read before it, wrote after) erases the bit, which the
- * second read sees. On x86-64 an add to memory is one instruction, so no preemption can fall
- * between its read and its write; it needs no lock prefix because the taker never writes a mark
- * that is odd. Elsewhere the begins are atomic read-modify-writes (correct, slower).
+ * owner's fence paid by the kernel: it stops a list's count (adds LIST_STOP, which sets bit 15)
+ * or op_seq (sets bit 31) with a compare-and-swap from an even value, calls membarrier(2) so that
+ * every running thread of the process executes a full barrier, and reads the value again. Still
+ * stopped means that every operation that starts later sees the stop:
+ *   - a pop's subtract comes out negative, and the pop gives up;
+ *   - a push's count is above any maximum, and the push gives up before writing anything;
+ *   - a slow path's add on op_seq comes out negative, and it waits (tcache_wake).
+ * An add or subtract that raced the compare-and-swap (read before it, wrote after) erases the bit,
+ * which the second read sees. On x86-64 each is one instruction, so no preemption falls between
+ * its read and its write; it needs no lock prefix because a lost bit is detected, not relied on.
+ * Elsewhere they are atomic read-modify-writes (correct, slower).
+ * A pop in flight makes the count odd, and the compare-and-swap (from even) fails. A push in
+ * flight (count read before the bit was set) may still write its object's link and the head,
+ * and add to the count, after the second read: it saw the bit too late, but the bit survives its
+ * add. So the taker takes the chain from whatever head it reads, to its NULL end, and clears the
+ * head only with a compare-and-swap from that value; a push landing after that leaves the head
+ * pointing at its one object, which the owner's repair hands to the central list. (A push stores
+ * the link before the head, with a release store, so a head the taker reads leads to a chain.)
+ * unit-reclaim stops a push by hand at each of these points.
  * The taker stops op_seq first, then, once that held, the lists: so a slow path never sees a
  * stopped list, and whatever a taker leaves stopped is repaired by the owner's next slow path. */
 #ifndef QM_TCACHE_WINDOW_H
@@ -31,36 +40,36 @@
 
 #include "types.h"
 
-#define LIST_STOP 0x8000u    /* in a list's count; counts are at most 2 * TCACHE_LIST_MAX_LENGTH */
+/* A taker stops a list by adding LIST_STOP to its count: counts are at most 2 *
+ * TCACHE_LIST_MAX_LENGTH = 0x4000, so a stopped count is at least 0xA000 - 1 even after a pop's
+ * subtract from 0 (a list at its floor) and at most 0xE002 after a push in flight: bit 15 set,
+ * and above any maximum. */
+#define LIST_STOP 0xA000u
+#define LIST_STOPPED(count) (((count) & 0x8000u) != 0)
+_Static_assert(LIST_STOP - 1 >= 0x8000u && LIST_STOP + 2 * TCACHE_LIST_MAX_LENGTH + 2 <= 0xFFFFu,
+               "a stopped count must keep bit 15 through a pop's subtract and a push's add");
 #define WINDOW_STOP INT32_MIN /* in op_seq */
 
 #define QM_WINDOW_INLINE static inline __attribute__((always_inline))
 
-/* Compiler ordering: a begin needs no "memory" clobber. Loads the compiler moves above it are
- * harmless (a stopped operation gives up without using them), and the list's stores depend on
- * the branch that follows it. An end must keep the list's stores before it: a release store. */
+/* Compiler ordering: a pop's begin needs no "memory" clobber. Loads the compiler moves above it
+ * are harmless (a stopped pop gives up without using them), and the list's stores depend on the
+ * branch that follows it. An end must keep the list's stores before it. */
 #if defined(__x86_64__)
 #define QM_ADD_MEM(suffix, field, delta, ...) \
   __asm__ volatile("add" suffix " %1, %0" : "+m"(field) : "i"(delta) : __VA_ARGS__)
-/* The begins give the count as it was before their add in a register, and the end stores a value
- * computed from it instead of adding to memory again: a malloc/free pair on one list then waits
- * for two store-to-load forwards, as it did before the windows, not four (measured: the first
- * version, with adds at both ends, made mtbench's malloc-test 1.7 times slower).
- * Pop: a plain load, then the marking subtract, whose sign decides. Between the two only a taker
- * can change the count, and what it sets (LIST_STOP) makes the subtract negative, so a pop that
- * goes on read the count it marked. False when the list is empty or stopped. */
+/* A pop: a plain load, then the marking subtract, whose sign decides; its end stores a value
+ * computed from the load instead of adding to memory again, so that a malloc/free pair on one
+ * list waits for two store-to-load forwards, not four (measured: a version with adds at both
+ * ends made mtbench's malloc-test 1.7 times slower). Between the load and the subtract only a
+ * taker can change the count, and what it sets (LIST_STOP) makes the subtract negative, so a
+ * pop that goes on read the count it marked. False when the list is empty, at its floor, or
+ * stopped. */
 QM_WINDOW_INLINE bool list_begin_pop(tcache_list_t *list, uint16_t *before) {
   *before = __atomic_load_n(&list->count, __ATOMIC_RELAXED);
   bool negative;
   __asm__ volatile("subw $1, %0" : "+m"(list->count), "=@ccs"(negative));
   return !negative;
-}
-/* Push: xadd (one instruction, no lock prefix: not atomic against other CPUs, which the
- * protocol does not need) returns the count it marked; a stopped list's is above any maximum. */
-QM_WINDOW_INLINE uint16_t list_begin_push(tcache_list_t *list) {
-  uint16_t old = 1;
-  __asm__ volatile("xaddw %1, %0" : "+m"(list->count), "+r"(old) : : "cc");
-  return old;
 }
 /* Slow paths: false when a taker stopped the cache. */
 QM_WINDOW_INLINE bool window_enter(tcache_t *tc) {
@@ -74,28 +83,41 @@ QM_WINDOW_INLINE bool list_begin_pop(tcache_list_t *list, uint16_t *before) {
   *before = __atomic_fetch_sub(&list->count, 1, __ATOMIC_SEQ_CST);
   return (int16_t)(*before - 1) >= 0;
 }
-QM_WINDOW_INLINE uint16_t list_begin_push(tcache_list_t *list) {
-  return __atomic_fetch_add(&list->count, 1, __ATOMIC_SEQ_CST);
-}
 QM_WINDOW_INLINE bool window_enter(tcache_t *tc) {
   return __atomic_add_fetch(&tc->op_seq, 1, __ATOMIC_SEQ_CST) >= 0;
 }
 #endif
 
 QM_WINDOW_INLINE void list_undo_pop(tcache_list_t *list) { QM_ADD_MEM("w", list->count, 1, "cc"); }
-QM_WINDOW_INLINE void list_undo_push(tcache_list_t *list) { QM_ADD_MEM("w", list->count, -1, "cc"); }
-/* Ends: count is the count after the operation (even). The release store keeps the list's own
- * stores before it. */
-QM_WINDOW_INLINE void list_end(tcache_list_t *list, uint16_t count) {
+/* A pop's end: count is the count after it (even). The release store keeps the list's own stores
+ * before it. */
+QM_WINDOW_INLINE void list_end_pop(tcache_list_t *list, uint16_t count) {
   __atomic_store_n(&list->count, count, __ATOMIC_RELEASE);
 }
+/* A push's end: an add in memory, not a store of the count it read, so that a stop bit set since
+ * survives it ("memory": the link and head stores stay before it). */
+QM_WINDOW_INLINE void list_end_push(tcache_list_t *list) { QM_ADD_MEM("w", list->count, 2, "cc", "memory"); }
 QM_WINDOW_INLINE void window_leave(tcache_t *tc) { QM_ADD_MEM("l", tc->op_seq, 1, "cc", "memory"); }
 
 /* The slow half's view of a list, in objects (the owner's, outside any push or pop). */
-QM_WINDOW_INLINE uint32_t list_length(const tcache_list_t *list) { return list->count >> 1; }
-QM_WINDOW_INLINE uint32_t list_max(const tcache_list_t *list) { return list->max_count >> 1; }
-QM_WINDOW_INLINE uint32_t list_low_water(const tcache_list_t *list) { return list->low_count >> 1; }
-QM_WINDOW_INLINE void list_set_length(tcache_list_t *list, uint32_t n) { list->count = (uint16_t)(n << 1); }
-QM_WINDOW_INLINE void list_set_max(tcache_list_t *list, uint32_t n) { list->max_count = (uint16_t)(n << 1); }
+QM_WINDOW_INLINE uint32_t list_length(const tcache_list_t *list) { return (list->count >> 1) + list->floor; }
+QM_WINDOW_INLINE uint32_t list_max(const tcache_list_t *list) { return (list->max_count >> 1) + list->floor; }
+QM_WINDOW_INLINE uint32_t list_low_water(const tcache_list_t *list) { return list->floor; }
+/* Moves the floor to `floor` objects (at most the length and the maximum), keeping both. */
+QM_WINDOW_INLINE void list_set_floor(tcache_list_t *list, uint32_t floor) {
+  uint32_t length = list_length(list), max = list_max(list);
+  list->floor = (uint16_t)floor;
+  list->count = (uint16_t)((length - floor) << 1);
+  list->max_count = (uint16_t)((max - floor) << 1);
+}
+/* Setting a length or a maximum below the floor lowers the floor with it. */
+QM_WINDOW_INLINE void list_set_length(tcache_list_t *list, uint32_t n) {
+  if (n < list->floor) list_set_floor(list, n);
+  list->count = (uint16_t)((n - list->floor) << 1);
+}
+QM_WINDOW_INLINE void list_set_max(tcache_list_t *list, uint32_t n) {
+  if (n < list->floor) list_set_floor(list, n);
+  list->max_count = (uint16_t)((n - list->floor) << 1);
+}
 
 #endif

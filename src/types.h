@@ -61,15 +61,17 @@ typedef struct pagemap_leaf_s {
 /* ---- thread cache (tcache.c; the fast paths in api.c read and write it too) ---------------- */
 
 /* 16 bytes, so a list is found with one shift. Lengths fit 16 bits: TCACHE_LIST_MAX_LENGTH.
- * The three counts are in halves: twice the number of objects, so that a count's low bit can
- * say "the owner is inside a push or pop" and its top bit "stopped by a taker" (tcache_window.h;
- * list_length() and friends give objects). */
+ * The fast paths never compare against the low-water mark: count and max_count are kept above a
+ * floor (the low-water mark, to within a quarter), so a pop that reaches the floor finds its count
+ * at 0 and takes the slow path, which lowers it (tcache.c, list_pop_slow). Both are in halves:
+ * twice the number of objects, so that a count's low bit can say "the owner is inside a pop" and
+ * its top bit "stopped by a taker" (tcache_window.h; list_length() and friends give objects). */
 typedef struct tcache_list_s {
-  void *head;          /* singly linked through each object's first word */
-  uint16_t count;      /* 2 * length (+1 inside an operation, +LIST_STOP when stopped) */
-  uint16_t max_count;  /* 2 * maximum length: grows on misses within the budget; 0 sends every
-                        * free to the slow path */
-  uint16_t low_count;  /* 2 * least length since the last garbage collection */
+  void *head;          /* singly linked through each object's first word, NULL-terminated */
+  uint16_t count;      /* 2 * (length - floor) (+1 inside a pop, +LIST_STOP when stopped) */
+  uint16_t max_count;  /* 2 * (maximum length - floor): the maximum grows on misses within the
+                        * budget; 0 sends every free to the slow path */
+  uint16_t floor;      /* objects; no pop took the list below it since the last collection */
   uint16_t tick;       /* pops until this list's next tick (housekeeping, see TCACHE_TICK_POPS) */
 } tcache_list_t;
 
@@ -93,7 +95,9 @@ typedef struct tcache_s {
   uint64_t idle_seen;
   struct tcache_s *reclaim_next;
   int32_t stopped_seq;                             /* op_seq as the scan stopped it */
-  uint64_t stopped_lists[(SIZECLASS_COUNT + 63) / 64]; /* lists the scan stopped, by class */
+  /* Lists the scan stopped, by class; once it is done, the ones it took (the owner's repair reads
+   * them under reclaim_lock). */
+  uint64_t stopped_lists[(SIZECLASS_COUNT + 63) / 64];
   /* Held by a thread taking this cache back; the owner takes it when it finds itself stopped. */
   pthread_mutex_t reclaim_lock;
   /* statistics, written only by the owner */

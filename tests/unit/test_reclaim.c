@@ -1,8 +1,8 @@
 /* Idle threads' caches (tcache_window.h, tcache_reclaim_scan): a thread that stops allocating gets
  * its cache taken back by the second idle scan after it went quiet, every byte of it, with its
  * budget; a thread that operated between two scans keeps its cache; the owner carries on after a
- * take; malloc_trim takes every quiet cache at once; and the protocol holds against owners that
- * never stop (three threads churning objects with checked contents while scans run non-stop). */
+ * take; malloc_trim takes every quiet cache at once; a push caught between reading the count and
+ * writing loses no object; and the protocol holds against owners that never stop (three threads churning objects with checked contents while scans run non-stop). */
 #include <pthread.h>
 #include <string.h>
 
@@ -132,6 +132,65 @@ static void test_trim(void) {
   pthread_join(t, NULL);
 }
 
+/* A push in flight: free's fast path read the count before the taker stopped the list, and does
+ * the rest after (tcache_window.h). The worker runs free_push's steps by hand, stopping where a
+ * preemption could: `when` = 0 reads the head before the take and links after it, 1 reads and
+ * links after it, 2 links before it and adds to the count after. The object must end up free
+ * (in no thread's hands, counted as free by the central lists) and the cache consistent. */
+static pthread_barrier_t flight_step;
+static int flight_would_push;
+static const char *flight_check;
+
+static void *flight_worker(void *arg) {
+  int when = (int)(size_t)arg;
+  churn_all_sizes(4);
+  void *obj = qm_malloc(256);
+  tcache_list_t *list = &tcache_self.lists[sizeclass_of(256)];
+  uint16_t count = __atomic_load_n(&list->count, __ATOMIC_RELAXED);
+  void *head = list->head;
+  flight_would_push = count < list->max_count && head != obj;
+  if (when == 2) {
+    *(void **)obj = head;
+    list->head = obj;
+  }
+  pthread_barrier_wait(&flight_step); /* 1: main takes the cache */
+  pthread_barrier_wait(&flight_step); /* 2: taken */
+  if (when == 1) head = list->head;
+  if (when != 2) {
+    *(void **)obj = head;
+    list->head = obj;
+  }
+  list_end_push(list);
+  qm_free(qm_malloc(256)); /* the next slow path repairs the list */
+  tcache_t *tc = tcache_open();
+  flight_check = tcache_check(tc);
+  tcache_close(tc);
+  return NULL;
+}
+
+static void test_push_in_flight(int when) {
+  unsigned cls = sizeclass_of(256);
+  stats_snapshot_t s_before, s_after;
+  stats_snapshot(&s_before);
+  tcache_totals_t before, after;
+  tcache_totals(&before, NULL, NULL, 0);
+  pthread_barrier_init(&flight_step, NULL, 2);
+  pthread_t t;
+  pthread_create(&t, NULL, flight_worker, (void *)(size_t)when);
+  pthread_barrier_wait(&flight_step); /* 1 */
+  CHECK(tcache_reclaim_idle(true) > 0);
+  pthread_barrier_wait(&flight_step); /* 2 */
+  pthread_join(t, NULL);
+  tcache_totals(&after, NULL, NULL, 0);
+  stats_snapshot(&s_after);
+  CHECK(flight_would_push);
+  CHECK_EQ(after.reclaims, before.reclaims + 1);
+  CHECK_MSG(flight_check == NULL, "push in flight (%d): %s", when, flight_check ? flight_check : "");
+  /* The worker exited having freed all it allocated: nothing of the class is in use any more. */
+  CHECK_MSG(s_after.class_in_use[cls] == s_before.class_in_use[cls], "push in flight (%d): %zu in use, %zu before",
+            when, s_after.class_in_use[cls], s_before.class_in_use[cls]);
+}
+
 /* The race: owners that never stop, a taker that never stops. Each live object carries its owner,
  * slot and serial in its first and last words; one object handed out twice, or a list corrupted by
  * a take that overlapped an operation, shows as a mismatch or a crash. */
@@ -201,6 +260,7 @@ int main(void) {
   }
   test_idle_thread();
   test_trim();
+  for (int when = 0; when < 3; when++) test_push_in_flight(when);
   test_race();
   return tu_summary("reclaim");
 }

@@ -59,17 +59,39 @@ int main(void) {
   collect(tc); /* start a collection period: low water = length */
   uint16_t start_len = list_length(list);
   CHECK_EQ(list_low_water(list), start_len);
+  /* The low-water mark is kept as a floor the fast path stops at (types.h): after 10 pops it is
+   * at most the true mark and within a quarter of it. */
+  uint32_t true_low = start_len - 10u;
   for (int i = 0; i < 10; i++) objs[i] = qm_malloc(CLASS_SIZE);
-  CHECK_EQ(list_low_water(list), start_len - 10);
-  for (int i = 0; i < 10; i++) qm_free(objs[i]); /* back to start_len; L stays start_len - 10 */
+  uint32_t low = list_low_water(list);
+  CHECK(low <= true_low);
+  CHECK(low >= true_low - true_low / 4);
+  for (int i = 0; i < 10; i++) qm_free(objs[i]); /* back to start_len; L stays */
+  CHECK_EQ(list_low_water(list), low);
   uint16_t max_before = list_max(list);
   size_t cap_before = tc->capacity;
-  uint32_t low = start_len - 10u;
   collect(tc);
   CHECK_EQ(list_length(list), start_len - low / 2);
   CHECK_EQ(list_max(list), max_before - low / 2);
   CHECK(tc->capacity <= cap_before - (size_t)(low / 2) * CLASS_SIZE);
   CHECK_EQ(list_low_water(list), list_length(list));
+  /* Draining the list to 0 moves the floor to 0 in slow pops a quarter apart, and the fast path
+   * never pops below it. */
+  uint16_t len1 = list_length(list);
+  void **drained = qm_malloc(len1 * sizeof(void *));
+  uint32_t lowest_floor_gap = 0;
+  for (uint16_t i = 0; i < len1; i++) {
+    drained[i] = qm_malloc(CLASS_SIZE);
+    if (list_low_water(list) > list_length(list)) lowest_floor_gap++;
+  }
+  CHECK_EQ(lowest_floor_gap, 0);
+  CHECK_EQ(list_length(list), 0);
+  CHECK_EQ(list_low_water(list), 0);
+  for (uint16_t i = 0; i < len1; i++) qm_free(drained[len1 - 1 - i]);
+  qm_free(drained);
+  CHECK_EQ(list_length(list), len1);
+  collect(tc); /* L = 0: nothing moves */
+  CHECK_EQ(list_length(list), len1);
   /* A second collection with no use in between takes half of what is left. */
   uint16_t len2 = list_length(list);
   collect(tc);
