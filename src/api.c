@@ -195,9 +195,13 @@ static void *calloc_impl(size_t count, size_t size) {
   return p;
 }
 
-/* alignment: a power of two. */
+/* alignment: a power of two. Up to 16, plain malloc of at least `alignment` bytes: every class is a
+ * multiple of 16 on page-aligned spans except the 8-byte one (min_align 8), which serves only
+ * requests of at most 8 bytes. (free_aligned_sized mirrors the rounding.) */
+static size_t aligned_small_size(size_t alignment, size_t size) { return size < alignment ? alignment : size; }
+
 static void *aligned_impl(size_t alignment, size_t size) {
-  if (alignment <= 16) return malloc_fast(size);
+  if (alignment <= 16) return malloc_fast(aligned_small_size(alignment, size));
   if (QM_UNLIKELY(!init_done)) init_process();
   unsigned cls = sizeclass_for_aligned(size, alignment);
   if (cls != 0) return alloc_class(cls);
@@ -324,7 +328,7 @@ QM_EXPORT void qm_free_sized(void *ptr, size_t size) {
 
 QM_EXPORT void qm_free_aligned_sized(void *ptr, size_t alignment, size_t size) {
   if (alignment <= 16) {
-    qm_free_sized(ptr, size);
+    qm_free_sized(ptr, aligned_small_size(alignment, size));
     return;
   }
   unsigned cls = sizeclass_for_aligned(size, alignment);

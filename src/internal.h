@@ -58,18 +58,20 @@ span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, bo
 void pageheap_free(span_t *span);
 /* Resizes a large span in place (shrinks, or grows into a free right neighbour); true if done. */
 bool pageheap_resize_in_place(span_t *span, size_t new_npages);
-/* Huge blocks (>= release_large) are direct mappings; this grows or shrinks one with mremap. */
+/* Huge blocks (>= release_large) are direct mappings; this grows or shrinks one with mremap, under
+ * the lock (see pageheap.c). NULL if impossible; the block is then unchanged. */
 span_t *pageheap_remap(span_t *span, size_t new_npages);
 /* Runs the decay if a backed span is due (cheap check without the lock otherwise). */
 void pageheap_maybe_decay(uint64_t now);
-/* Releases every free backed page to the OS; returns the bytes released. */
+/* Releases every free backed page to the OS, and unmaps free runs of at least a chunk; returns the
+ * bytes released or unmapped. */
 size_t pageheap_release_all(void);
 void pageheap_lock_for_fork(void);
 void pageheap_unlock_after_fork(bool child);
 typedef struct pageheap_stats_s {
   size_t free_backed_bytes, free_released_bytes, small_span_bytes, large_bytes, direct_bytes;
   size_t free_spans, direct_blocks;
-  uint64_t release_calls, released_bytes_total;
+  uint64_t release_calls, released_bytes_total, release_failures, unmap_failures, unmapped_bytes_total;
 } pageheap_stats_t;
 void pageheap_stats(pageheap_stats_t *out);
 
@@ -170,6 +172,7 @@ typedef struct stats_snapshot_s {
   size_t small_in_use, large_in_use, huge_in_use, huge_blocks, free_spans, threads;
   intptr_t unclaimed_budget;
   uint64_t refills, flushes, gc_runs, idle_reclaims, idle_reclaimed_bytes, release_calls, released_bytes_total;
+  uint64_t release_failures, unmapped_bytes_total, unmap_failures;
   size_t class_in_use[SIZECLASS_COUNT], class_free[SIZECLASS_COUNT], class_spans[SIZECLASS_COUNT];
   tcache_thread_stats_t thread[STATS_THREADS_SHOWN]; /* the first live caches (threads counts all) */
 } stats_snapshot_t;

@@ -15,7 +15,7 @@ bool pagemap_ensure(uintptr_t start, size_t npages) {
   if (last >= PAGEMAP_ROOT_LEN) return false;
   for (uintptr_t i = first; i <= last; i++) {
     if (pagemap_root[i] != NULL) continue;
-    pagemap_leaf_t *leaf = os_map(sizeof(pagemap_leaf_t), PAGE_SIZE);
+    pagemap_leaf_t *leaf = os_map(sizeof(pagemap_leaf_t), PAGE_SIZE, OS_SPARSE);
     if (leaf == NULL) return false;
     stats_metadata_add(sizeof(pagemap_leaf_t));
     __atomic_store_n(&pagemap_root[i], leaf, __ATOMIC_RELEASE);
