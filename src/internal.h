@@ -15,14 +15,17 @@
 
 /* ---- sizeclass.c: read-only after sizeclass_init ---- */
 #define SIZECLASS_LOOKUP_SLOTS (SMALL_MAX / 8 + 1)
-extern uint8_t sizeclass_lookup[SIZECLASS_LOOKUP_SLOTS];
+/* class << 4: the byte offset of the class's list in tcache_t.lists (16-byte lists, types.h) */
+#define SIZECLASS_LOOKUP_SHIFT 4
+extern uint16_t sizeclass_lookup[SIZECLASS_LOOKUP_SLOTS];
 extern uint32_t sizeclass_size[SIZECLASS_COUNT];
 extern uint8_t sizeclass_pages[SIZECLASS_COUNT];
 extern uint64_t sizeclass_magic[SIZECLASS_COUNT];
 extern uint16_t sizeclass_batch[SIZECLASS_COUNT];
 /* Requires n <= SMALL_MAX. */
 QM_INLINE size_t sizeclass_slot(size_t n) { return (n + 7) >> 3; }
-QM_INLINE unsigned sizeclass_of(size_t n) { return sizeclass_lookup[sizeclass_slot(n)]; }
+QM_INLINE unsigned sizeclass_of(size_t n) { return sizeclass_lookup[sizeclass_slot(n)] >> SIZECLASS_LOOKUP_SHIFT; }
+QM_INLINE size_t sizeclass_list_offset_of(size_t n) { return sizeclass_lookup[sizeclass_slot(n)]; }
 /* Fills batches and divisibility constants; patches the tiny slots for min_align 8 or 16. */
 void sizeclass_init(unsigned min_align, unsigned batch_max);
 /* The smallest class that can hold `size` bytes at an `alignment`-aligned address, or 0. */
@@ -154,8 +157,11 @@ extern bool init_done;
 /* Idempotent; safe to call from any thread at any time, including before main. */
 void init_process(void);
 
-/* ---- check.c: the one-line fatal errors ---- */
+/* ---- check.c: the secret of the free tags (freelist.h), and the one-line fatal errors ---- */
+void check_init(void); /* draws the secret; before any object exists (init_process) */
 __attribute__((noreturn)) QM_COLD void check_fail_invalid(const char *call, const void *ptr);
+/* A sized free (free_sized, sized delete) whose size does not name the block's size class. */
+__attribute__((noreturn)) QM_COLD void check_fail_size(const char *call, size_t size, const void *ptr);
 __attribute__((noreturn)) QM_COLD void check_fail_double_free(const char *call, const void *ptr);
 __attribute__((noreturn)) QM_COLD void check_fail(const char *what, const void *ptr);
 
