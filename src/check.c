@@ -24,7 +24,9 @@ void check_init(void) {
     s = ((uintptr_t)&s * 0x9E3779B97F4A7C15ull) ^ ((uintptr_t)ts.tv_nsec << 20) ^ (uintptr_t)getpid();
   }
   errno = saved;
-  freelist_secret = s | 1; /* never 0: a zeroed word must not be a valid tag of address 0 */
+  /* Bit 63 set: keys of user-space objects are negative, so a link overwritten with a user-space
+   * address decodes negative (freelist_take). Bit 0 set: a zeroed word is never a tag. */
+  freelist_secret = s | 1 | ((uintptr_t)1 << 63);
 }
 
 void check_fail_invalid(const char *call, const void *ptr) { log_fatal("%s: invalid pointer %p", call, ptr); }

@@ -47,13 +47,17 @@ QM_INLINE void *freelist_next(const void *obj) { return (void *)(((const uintptr
 /* Relinks free obj to next (cutting or joining chains). */
 QM_INLINE void freelist_set_next(void *obj, void *next) { ((uintptr_t *)obj)[0] = (uintptr_t)next ^ freelist_key(obj); }
 
-/* Takes obj off the head of a list to hand it out: it must carry its tag (else the list is
- * corrupted: the program stops); its tag is cleared; returns the next object. */
+/* Takes obj off the head of a list to hand it out: it must carry its tag, and its link must decode
+ * to a user-space address (or NULL), else the list is corrupted and the program stops; its tag is
+ * cleared; returns the next object. The secret has bit 63 set and user addresses have it clear, so
+ * a link overwritten with any user-space value (an address an exploit would choose) decodes to a
+ * negative value: the sign of the decoding XOR is the test, one branch. */
 QM_INLINE void *freelist_take(void *obj) {
   uintptr_t key = freelist_key(obj);
-  if (QM_UNLIKELY(!freelist_tagged(obj, key))) check_fail_corrupted(obj);
+  intptr_t next = (intptr_t)(((uintptr_t *)obj)[0] ^ key);
+  if (QM_UNLIKELY(next < 0 || !freelist_tagged(obj, key))) check_fail_corrupted(obj);
   ((uintptr_t *)obj)[1] = 0;
-  return (void *)(((uintptr_t *)obj)[0] ^ key);
+  return (void *)next;
 }
 
 #endif
