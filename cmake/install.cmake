@@ -77,6 +77,18 @@ file(WRITE ${PROJECT_BINARY_DIR}/launcher/qmalloc "${QM_LAUNCHER}")
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tools/qmalloc)
 install(PROGRAMS ${PROJECT_BINARY_DIR}/launcher/qmalloc DESTINATION ${CMAKE_INSTALL_BINDIR})
 
+# ---- the loader's cache: a library in /usr/local/lib is found at run time only once ldconfig has
+# seen it. Run it for a real install (no DESTDIR: a staged tree is the packager's business), as
+# Debian's packages do in their postinst; where it cannot run (not root), say so.
+install(CODE [[
+  if("$ENV{DESTDIR}" STREQUAL "")
+    execute_process(COMMAND ldconfig RESULT_VARIABLE qm_rc OUTPUT_QUIET ERROR_QUIET)
+    if(NOT qm_rc EQUAL 0)
+      message(STATUS "ldconfig did not run (${qm_rc}): outside the loader's default paths, link with -Wl,-rpath")
+    endif()
+  endif()
+]])
+
 # ---- uninstall: removes what the rules above install for the same prefix -------------------------
 add_custom_target(uninstall
   COMMAND ${CMAKE_COMMAND} -DQM_BUILD=${PROJECT_BINARY_DIR} -DQM_PREFIX=${CMAKE_INSTALL_PREFIX}
