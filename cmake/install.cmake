@@ -73,7 +73,10 @@ install(FILES ${QM_MANPAGE} DESTINATION ${CMAKE_INSTALL_MANDIR}/man3)
 file(RELATIVE_PATH QM_BIN_TO_LIB /prefix/${CMAKE_INSTALL_BINDIR} /prefix/${CMAKE_INSTALL_LIBDIR})
 file(READ ${PROJECT_SOURCE_DIR}/tools/qmalloc QM_LAUNCHER)
 string(REPLACE "@QM_INSTALLED_LIB@" "${QM_BIN_TO_LIB}/libqmalloc.so.${PROJECT_VERSION_MAJOR}" QM_LAUNCHER "${QM_LAUNCHER}")
-file(WRITE ${PROJECT_BINARY_DIR}/launcher/qmalloc "${QM_LAUNCHER}")
+# Written only when it changes (configure_file COPYONLY): a re-configure while the tests run must
+# not truncate a launcher another test is copying.
+file(WRITE ${PROJECT_BINARY_DIR}/launcher/qmalloc.new "${QM_LAUNCHER}")
+configure_file(${PROJECT_BINARY_DIR}/launcher/qmalloc.new ${PROJECT_BINARY_DIR}/launcher/qmalloc COPYONLY)
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tools/qmalloc)
 install(PROGRAMS ${PROJECT_BINARY_DIR}/launcher/qmalloc DESTINATION ${CMAKE_INSTALL_BINDIR})
 
