@@ -4,7 +4,7 @@
 #    lib/libqmalloc.so.MAJOR; from the source tree: a copy of tools/qmalloc next to a build/ link
 #    to the CTest build (the layout `tools/qmalloc` sees in a checkout) finding build/libqmalloc.so;
 #  - options reach the program (QMALLOC_<NAME> in its environment, the library's verbose dump);
-#  - every bad input of docs/errors.md ("The launcher") gives exactly one line on stderr naming
+#  - every bad input of docs/errors.md ("The launcher"; a set-user-ID program too) gives exactly one line on stderr naming
 #    the problem, the documented status, and the program never runs (it would create a file);
 #  - --help prints the usage and exits 0; the program's exit status and arguments pass through.
 set -u
@@ -21,6 +21,8 @@ cp "$QM_SOURCE_DIR/tools/qmalloc" "$QM_TMP/checkout/tools/qmalloc"
 ln -s "$QM_BUILD_DIR" "$QM_TMP/checkout/build"
 IN_TREE=$QM_TMP/checkout/tools/qmalloc
 MARK=$QM_TMP/program-ran
+SETUID=$QM_TMP/setuid-touch # a set-user-ID program (a copy of touch): must be refused, not run
+cp "$(type -P touch)" "$SETUID" && chmod u+s "$SETUID"
 
 # expect_error NAME STATUS PATTERN LAUNCHER ARGS...: one stderr line matching PATTERN (a bash
 # regex), exit STATUS, and the program (which would touch $MARK) did not run.
@@ -57,6 +59,7 @@ for where in installed in-tree; do
   expect_error "$where: missing program" 127 "^qmalloc: no-such-program-qm: program not found in PATH$" "$L" -- no-such-program-qm
   expect_error "$where: missing path" 127 "^qmalloc: /no/such/file: no such file$" "$L" /no/such/file
   expect_error "$where: not executable" 126 "not an executable file$" "$L" -- "$QM_SOURCE_DIR/README.md"
+  expect_error "$where: setuid program" 2 "^qmalloc: $SETUID: set-user-ID or set-group-ID program; the loader would not preload qmalloc into it$" "$L" -- "$SETUID"
   expect_error "$where: unknown option" 2 "^qmalloc: unknown option 'decay' \(options: tcache_max, .*decay_ms.*\)$" "$L" --option decay=1 -- "${touch_mark[@]}"
   expect_error "$where: tooling variable is no option" 2 "^qmalloc: unknown option 'so' " "$L" --option so=x -- "${touch_mark[@]}"
   expect_error "$where: bad value" 2 "^qmalloc: bad option value: QMALLOC_DECAY_MS=abc is not valid \(expected milliseconds 0..3600000\)$" "$L" --option decay_ms=abc -- "${touch_mark[@]}"
