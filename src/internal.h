@@ -44,6 +44,7 @@ span_t *pagemap_span(uintptr_t addr);
 /* Maps the leaves covering [start, start + npages pages); false if out of range or no memory. */
 bool pagemap_ensure(uintptr_t start, size_t npages);
 void pagemap_set_ends(span_t *span);   /* first and last page -> span (small entry 0) */
+void pagemap_set_page(uintptr_t addr, span_t *span); /* one page -> span (small entry 0) */
 void pagemap_clear_ends(span_t *span);
 void pagemap_set_small(span_t *span);  /* every page -> span, with class and index */
 void pagemap_clear_small(span_t *span);

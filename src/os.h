@@ -21,9 +21,27 @@ typedef enum {
   OS_SPARSE   /* metadata touched only where memory is (page-map leaves): MAP_NORESERVE */
 } os_map_kind_t;
 
+/* Inaccessible pages kept next to a mapping: an overflow off its end faults instead of running into
+ * whatever the kernel put there. */
+typedef enum {
+  OS_GUARD_NONE,
+  OS_GUARD_AFTER,  /* page-heap chunks: one guard after (their spans sit side by side inside) */
+  OS_GUARD_AROUND  /* huge blocks: one before and one after */
+} os_guard_t;
+
+/* Bytes of one guard: a qmalloc page, or the kernel's page if that is larger (a guard must be a
+ * whole kernel page to be protected on its own). A multiple of PAGE_SIZE. */
+size_t os_guard_size(void);
 /* Maps `size` bytes of zeroed, readable and writable memory aligned to `alignment` (a power of
- * two, at least PAGE_SIZE); only `size` bytes stay mapped. NULL if the kernel refused. */
-void *os_map(size_t size, size_t alignment, os_map_kind_t kind);
+ * two, at least PAGE_SIZE), with the guards asked for (PROT_NONE, not counted as mapped); only
+ * `size` bytes and the guards stay mapped. NULL if the kernel refused. */
+void *os_map(size_t size, size_t alignment, os_map_kind_t kind, os_guard_t guard);
+/* Unmaps a mapping made with guards, guards included. */
+bool os_unmap_guarded(void *addr, size_t size, os_guard_t guard);
+/* Unmaps a guard (addr, os_guard_size() bytes), not counted as mapped. */
+bool os_unmap_guard(void *addr);
+/* Turns the first os_guard_size() bytes at addr, part of a mapping of ours, into a guard. */
+bool os_protect_guard(void *addr);
 /* Unmaps; false if the kernel refused (e.g. the map-count limit: unmapping part of a merged
  * mapping splits it), in which case the range is still mapped and still the caller's. */
 bool os_unmap(void *addr, size_t size);

@@ -36,6 +36,16 @@ static struct {
   uint64_t next_decay_ms;  /* no backed span is due for release before this time */
 } pageheap = {.lock = PTHREAD_MUTEX_INITIALIZER, .next_decay_ms = UINT64_MAX};
 
+/* The page-map entry of every page of a chunk's guard (SPAN_GUARD): never free, so no span
+ * coalesces across it, and pageheap_unmap_free knows to unmap it with the span before it. */
+static span_t pageheap_guard = {.state = SPAN_GUARD};
+
+/* Points the page-map entries of the guard at `at` to `guard` (NULL: clears them). Requires the
+ * lock and the page-map leaves. */
+static void pageheap_set_guard(uintptr_t at, span_t *guard) {
+  for (size_t i = 0; i < os_guard_size() / PAGE_SIZE; i++) pagemap_set_page(at + i * PAGE_SIZE, guard);
+}
+
 /* ---- free sets --------------------------------------------------------------------------- */
 
 static size_t pageheap_list_index(size_t npages) {
@@ -198,7 +208,10 @@ static size_t pageheap_unmap_free(size_t min_pages, bool backed_too) {
         size_t bytes = s->npages * PAGE_SIZE;
         pageheap_remove(s);
         pagemap_clear_ends(s);
+        uintptr_t end = s->start + bytes;
         if (os_unmap((void *)s->start, bytes)) {
+          /* The chunk's guard goes with the last of its pages: the hole left behind faults too. */
+          if (pagemap_span(end) == &pageheap_guard && os_unmap_guard((void *)end)) pageheap_set_guard(end, NULL);
           span_delete(s);
           unmapped += bytes;
         } else {
@@ -232,28 +245,31 @@ size_t pageheap_release_all(void) {
 
 /* Maps fresh memory; when the kernel refuses (RLIMIT_AS, overcommit), first gives back the address
  * space of every free span, then tries once more. Requires the lock. */
-static void *pageheap_map(size_t bytes, size_t alignment) {
-  void *p = os_map(bytes, alignment, OS_COMMIT);
-  if (p == NULL && pageheap_unmap_free(1, true) > 0) p = os_map(bytes, alignment, OS_COMMIT);
+static void *pageheap_map(size_t bytes, size_t alignment, os_guard_t guard) {
+  void *p = os_map(bytes, alignment, OS_COMMIT, guard);
+  if (p == NULL && pageheap_unmap_free(1, true) > 0) p = os_map(bytes, alignment, OS_COMMIT, guard);
   return p;
 }
 
-/* Gives back a range that never reached the page map (a failed grow); if even that is refused, the
- * range stays mapped and is counted as mapped: lost to the process, but not to the statistics. */
-static void pageheap_unmap_unused(void *p, size_t bytes) { (void)os_unmap(p, bytes); }
+/* Gives back a range that never reached the page map (a failed mapping); if even that is refused,
+ * the range stays mapped and is counted as mapped: lost to the process, but not to the statistics. */
+static void pageheap_unmap_unused(void *p, size_t bytes, os_guard_t guard) { (void)os_unmap_guarded(p, bytes, guard); }
 
 /* Takes address space from the OS: a new released span (fresh pages are zero and not resident).
  * Requires the lock. */
 static bool pageheap_grow(size_t npages) {
   size_t bytes = npages * PAGE_SIZE;
   if (bytes < OS_CHUNK_SIZE) bytes = OS_CHUNK_SIZE;
-  void *p = pageheap_map(bytes, PAGE_SIZE);
+  void *p = pageheap_map(bytes, PAGE_SIZE, OS_GUARD_AFTER);
   if (p == NULL) return false;
-  span_t *span = pagemap_ensure((uintptr_t)p, bytes / PAGE_SIZE) ? span_new((uintptr_t)p, bytes / PAGE_SIZE, SPAN_FREE_RELEASED) : NULL;
+  size_t guard_pages = os_guard_size() / PAGE_SIZE;
+  span_t *span = pagemap_ensure((uintptr_t)p, bytes / PAGE_SIZE + guard_pages)
+                     ? span_new((uintptr_t)p, bytes / PAGE_SIZE, SPAN_FREE_RELEASED) : NULL;
   if (span == NULL) {
-    pageheap_unmap_unused(p, bytes);
+    (void)os_unmap_guarded(p, bytes, OS_GUARD_AFTER);
     return false;
   }
+  pageheap_set_guard((uintptr_t)p + bytes, &pageheap_guard);
   pageheap_insert_coalesced(span);
   return true;
 }
@@ -262,11 +278,11 @@ static bool pageheap_grow(size_t npages) {
  * other thread can be given these addresses while they are mapped). Requires the lock. */
 static span_t *pageheap_alloc_direct(size_t npages, size_t align_pages) {
   size_t bytes = npages * PAGE_SIZE;
-  void *p = pageheap_map(bytes, align_pages * PAGE_SIZE);
+  void *p = pageheap_map(bytes, align_pages * PAGE_SIZE, OS_GUARD_AROUND);
   if (p == NULL) return NULL;
   span_t *span = pagemap_ensure((uintptr_t)p, npages) ? span_new((uintptr_t)p, npages, SPAN_LARGE) : NULL;
   if (span == NULL) {
-    pageheap_unmap_unused(p, bytes);
+    pageheap_unmap_unused(p, bytes, OS_GUARD_AROUND);
     return NULL;
   }
   span->direct = 1;
@@ -351,7 +367,7 @@ static void pageheap_free_direct(span_t *span) {
   pageheap.direct_bytes -= bytes;
   pageheap.direct_blocks--;
   pthread_mutex_unlock(&pageheap.lock);
-  bool unmapped = os_unmap((void *)span->start, bytes);
+  bool unmapped = os_unmap_guarded((void *)span->start, bytes, OS_GUARD_AROUND);
   pthread_mutex_lock(&pageheap.lock);
   if (unmapped) {
     span_delete(span);
@@ -436,19 +452,26 @@ bool pageheap_resize_in_place(span_t *span, size_t new_npages) {
  * belong to someone else by then. */
 span_t *pageheap_remap(span_t *span, size_t new_npages) {
   if (!span->direct || new_npages == 0 || new_npages > UINT32_MAX) return NULL;
-  size_t new_bytes = new_npages * PAGE_SIZE;
+  size_t new_bytes = new_npages * PAGE_SIZE, guard = os_guard_size();
   pthread_mutex_lock(&pageheap.lock);
   size_t old_bytes = span->npages * PAGE_SIZE;
   uintptr_t start = span->start;
   if (new_bytes <= old_bytes) {
-    if (!os_resize((void *)start, old_bytes, new_bytes)) goto fail;
-  } else if (!pagemap_ensure(start, new_npages) || !os_resize((void *)start, old_bytes, new_bytes)) {
-    void *target = os_map(new_bytes, PAGE_SIZE, OS_COMMIT);
+    /* Shrink in place: the first page past the new end becomes the guard, and the rest of the old
+     * tail goes with the old guard. (A shrink by less than a guard is left to copying.) */
+    if (old_bytes - new_bytes < guard || !os_protect_guard((void *)(start + new_bytes)) ||
+        !os_unmap((void *)(start + new_bytes + guard), old_bytes - new_bytes))
+      goto fail;
+  } else {
+    /* Grow: always a move (the guard after the block is in the way), onto a guarded target. */
+    void *target = os_map(new_bytes, PAGE_SIZE, OS_COMMIT, OS_GUARD_AROUND);
     if (target == NULL) goto fail;
     if (!pagemap_ensure((uintptr_t)target, new_npages) || !os_move((void *)start, old_bytes, new_bytes, target)) {
-      pageheap_unmap_unused(target, new_bytes);
+      pageheap_unmap_unused(target, new_bytes, OS_GUARD_AROUND);
       goto fail;
     }
+    (void)os_unmap_guard((void *)(start - guard));
+    (void)os_unmap_guard((void *)(start + old_bytes));
     start = (uintptr_t)target;
   }
   pagemap_clear_ends(span);

@@ -17,7 +17,8 @@ typedef enum {
   SPAN_FREE_BACKED,   /* free pages that may be resident (recently used) */
   SPAN_FREE_RELEASED, /* free pages returned to the OS (or never touched) */
   SPAN_SMALL,         /* carved into objects of one size class, owned by central.c */
-  SPAN_LARGE          /* one large object handed to the program */
+  SPAN_LARGE,         /* one large object handed to the program */
+  SPAN_GUARD          /* pagemap.c only: the guard after a page-heap chunk (one static header) */
 } span_state_t;
 
 /* A run of pages. 64 bytes, so the header of a 1-page span of 8-byte objects is 0.8% of it. */

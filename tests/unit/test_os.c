@@ -5,7 +5,10 @@
  * every chunk completely. */
 #include <errno.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "os.h"
@@ -20,7 +23,7 @@ int main(void) {
     misaligned_cases += ((uintptr_t)canary % PAGE_SIZE) != 0;
     size_t alignment = round % 2 ? PAGE_SIZE : 64 * 1024;
     size_t size = (size_t)(1 + round % 5) * PAGE_SIZE;
-    unsigned char *p = os_map(size, alignment, round % 3 ? OS_COMMIT : OS_SPARSE);
+    unsigned char *p = os_map(size, alignment, round % 3 ? OS_COMMIT : OS_SPARSE, OS_GUARD_NONE);
     CHECK(p != NULL);
     CHECK_EQ((uintptr_t)p % alignment, 0);
     memset(p, 0x3a, size);
@@ -41,7 +44,7 @@ int main(void) {
   CHECK_EQ(errno, 4321);
   /* A huge alignment reserves its slack only while mapping: 1 GiB alignment for 8 KiB leaves
    * 8 KiB mapped (the address space of the process grows by that, not by the alignment). */
-  unsigned char *q = os_map(PAGE_SIZE, (size_t)1 << 30, OS_COMMIT);
+  unsigned char *q = os_map(PAGE_SIZE, (size_t)1 << 30, OS_COMMIT, OS_GUARD_NONE);
   CHECK(q != NULL && (uintptr_t)q % ((size_t)1 << 30) == 0);
   if (q) {
     q[0] = 1;
@@ -50,6 +53,29 @@ int main(void) {
     /* the pages right after the block are not ours any more: mincore says "not mapped" */
     CHECK(mincore(q + PAGE_SIZE, 4096, vec) != 0 && errno == ENOMEM);
     CHECK(os_unmap(q, PAGE_SIZE));
+  }
+  /* Guards: the pages before and after a guarded mapping fault (mincore says they are mapped, and
+   * a child that touches one dies of SIGSEGV), and unmapping takes them too. */
+  size_t g = os_guard_size();
+  unsigned char *h = os_map(4 * PAGE_SIZE, PAGE_SIZE, OS_COMMIT, OS_GUARD_AROUND);
+  CHECK(h != NULL);
+  if (h) {
+    unsigned char vec[1];
+    CHECK(mincore(h - g, 4096, vec) == 0 && mincore(h + 4 * PAGE_SIZE + g - 4096, 4096, vec) == 0);
+    for (int side = 0; side < 2; side++) {
+      pid_t pid = fork();
+      if (pid == 0) {
+        volatile unsigned char *at = side ? h + 4 * PAGE_SIZE : h - 1;
+        *at = 1;
+        _exit(0);
+      }
+      int status = 0;
+      waitpid(pid, &status, 0);
+      CHECK_MSG(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV, "a write %s the guarded mapping did not fault",
+                side ? "just after" : "just before");
+    }
+    CHECK(os_unmap_guarded(h, 4 * PAGE_SIZE, OS_GUARD_AROUND));
+    CHECK(mincore(h - g, 4096, vec) != 0 && mincore(h + 4 * PAGE_SIZE, 4096, vec) != 0);
   }
   return tu_summary("os");
 }
