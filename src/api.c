@@ -15,7 +15,6 @@
 bool api_verify_sizes; /* check=2: sized frees verify the size against the page map */
 
 static void *malloc_slow(size_t size);
-static void *malloc_tick(size_t size, tcache_list_t *list);
 static void free_slow(void *ptr, unsigned expected);
 static void free_push_slow(void *ptr, tcache_list_t *list);
 
@@ -37,15 +36,14 @@ QM_INLINE tcache_list_t *tcache_list_at(size_t offset) {
 
 QM_INLINE tcache_list_t *tcache_list_of(unsigned cls) { return tcache_list_at((size_t)cls * sizeof(tcache_list_t)); }
 
-/* malloc stays here when: size <= SMALL_MAX, this thread's list for its class is not due for its
- * tick, has an object above its floor (the low-water mark, types.h), and is not being taken back
+/* malloc stays here when: size <= SMALL_MAX, this thread's list for its class has an object above
+ * its floor (the low-water mark, types.h), and is not being taken back
  * by another thread (the window, tcache_window.h). (A thread whose cache is not set up yet, or is
  * exiting, has empty lists.) The object handed out must carry its free tag, which is cleared
  * (freelist.h): a list whose link was overwritten stops the program here. */
 QM_INLINE void *malloc_fast(size_t size) {
   if (QM_LIKELY(size <= SMALL_MAX)) {
     tcache_list_t *list = tcache_list_at(sizeclass_list_offset_of(size));
-    if (QM_UNLIKELY((int16_t)--list->tick < 0)) return malloc_tick(size, list);
     uint16_t before;
     /* The head is read before the pop's mark: a pop that gives up does not use it, and the
      * head-to-next chain starts earlier (malloc-test 3% faster, measured). */
@@ -122,13 +120,6 @@ static void *alloc_large(size_t size, size_t alignment, bool *zeroed) {
   span_t *span = pageheap_alloc(npages, align_pages, 0, zeroed);
   if (span == NULL) return fail_enomem();
   return (void *)span->start;
-}
-
-/* Every TCACHE_TICK_POPS pops of a list: the housekeeping that otherwise waits for a slow path. */
-static QM_NOINLINE void *malloc_tick(size_t size, tcache_list_t *list) {
-  list->tick = TCACHE_TICK_POPS;
-  tcache_housekeeping();
-  return malloc_slow(size);
 }
 
 static QM_NOINLINE void *malloc_slow(size_t size) {
@@ -215,8 +206,12 @@ static QM_NOINLINE void free_slow(void *ptr, unsigned expected) {
   if (ptr == NULL) return;
   block_t b = block_of(ptr, expected ? "free_sized()" : "free()", true);
   if (expected != 0 && b.cls != expected) check_fail_size("free_sized()", sizeclass_size[expected], ptr);
-  if (b.cls != 0) free_push(ptr, b.cls);
-  else pageheap_free(b.span);
+  if (b.cls != 0) {
+    free_push(ptr, b.cls);
+  } else {
+    pageheap_free(b.span);
+    release_poll();
+  }
 }
 
 static void *calloc_impl(size_t count, size_t size) {
