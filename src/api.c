@@ -87,7 +87,9 @@ QM_INLINE void free_fast(void *ptr, unsigned expected) {
   if (QM_LIKELY(leaf != NULL)) {
     uintptr_t entry = __atomic_load_n(&leaf->small[(addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], __ATOMIC_RELAXED);
     unsigned cls = entry & 0xff;
-    uint32_t offset = (uint32_t)(addr + cls) - (uint32_t)entry; /* from the span's first object */
+    /* From the span's first object: addr is on a page of that span, so the offset is below the
+     * span's length (< 2^32, which the divisibility test requires) without truncating. */
+    uint64_t offset = addr + cls - entry;
     uint64_t magic = sizeclass_magic[cls];
     if (QM_LIKELY(offset * magic < magic && (expected == 0 || cls == expected))) {
       free_push(ptr, cls);
