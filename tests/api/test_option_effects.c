@@ -146,7 +146,10 @@ int main(int argc, char **argv) {
   CHECK(field(&r, "released_bytes_total") >= (4 << 20));
   run(&r, "large-free", "QMALLOC_RETAIN_MAX=0");
   CHECK(field(&r, "released_bytes_total") >= (4 << 20));
-  CHECK_EQ(field(&r, "pageheap_free"), 0);
+  /* All released; where kernel pages are larger than qmalloc's (the -page64k run), a free run too
+   * small to hold a whole kernel page cannot be, and stays. */
+  const char *os_page = getenv("QMALLOC_OS_PAGE");
+  CHECK(field(&r, "pageheap_free") == 0 || (os_page && !strcmp(os_page, "64K") && field(&r, "pageheap_free") < (64 << 10)));
 
   run(&base, "keep-2m", NULL);
   CHECK_EQ(field(&base, "huge_blocks"), 0);
