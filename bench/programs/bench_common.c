@@ -42,9 +42,11 @@ static void print_help(const char *prog, const char *summary, const opt_t *opts)
     char arg[32] = "";
     if (o->kind == OPT_U64) snprintf(arg, sizeof arg, " N");
     else if (o->kind == OPT_DOUBLE) snprintf(arg, sizeof arg, " X");
+    else if (o->kind == OPT_STR) snprintf(arg, sizeof arg, " NAME");
     char def[48] = "";
     if (o->kind == OPT_U64) snprintf(def, sizeof def, " (default %llu)", (unsigned long long)*(uint64_t *)o->target);
     else if (o->kind == OPT_DOUBLE) snprintf(def, sizeof def, " (default %g)", *(double *)o->target);
+    else if (o->kind == OPT_STR && *(const char **)o->target) snprintf(def, sizeof def, " (default %s)", *(const char **)o->target);
     printf("  --%s%s\t%s%s\n", o->name, arg, o->help, def);
   }
   printf("  --help\tthis text\n\nPrints one line: RESULT bench=... key=value ... (see docs/mtbench.md).\n");
@@ -100,7 +102,14 @@ void bench_parse(const char *prog, const char *summary, const opt_t *opts, int a
     }
     const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
     if (!val) bench_usage_error(prog, "--%s needs a value", o->name);
-    if (o->kind == OPT_U64) {
+    if (o->kind == OPT_STR) {
+      /* Names only (they become file names and RESULT values): no paths, blanks or '='. */
+      bool ok = *val != 0 && strlen(val) <= 64;
+      for (const char *c = val; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-')) ok = false;
+      if (!ok) bench_usage_error(prog, "--%s: expected a name of a-z, 0-9 and '-', got '%s'", o->name, val);
+      *(const char **)o->target = val;
+    } else if (o->kind == OPT_U64) {
       uint64_t v;
       if (!parse_u64(val, &v) || (double)v < o->min || (double)v > o->max)
         bench_usage_error(prog, "--%s: expected an integer in [%.0f, %.0f], got '%s'", o->name, o->min, o->max, val);
