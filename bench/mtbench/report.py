@@ -254,17 +254,17 @@ def two_phase_idle_section(data):
         cells = []
         for a in allocs:
             med = {k: data.cell(p, a, Metric(k, "", "lower")).median
-                   for k in ("idle_pct", "rss_idle_kb", "peak_rss_kb", "rss_after_sleep_kb", "rss_after_trim_kb")}
+                   for k in ("idle_pct", "rss_idle_kb", "rss_after_sleep_kb", "rss_after_trim_kb")}
             if med["idle_pct"] is None:
                 cells.append("-")
                 continue
             mark = "✓" if med["idle_pct"] <= 10 else "✗"
-            cells.append(f"{med['idle_pct']:.1f}% {mark} ({fmt_value(med['rss_idle_kb'], kib)} of "
-                         f"{fmt_value(med['peak_rss_kb'], kib)}); after a call {fmt_value(med['rss_after_sleep_kb'], kib)}, "
+            cells.append(f"{med['idle_pct']:.1f}% {mark} ({fmt_value(med['rss_idle_kb'], kib)}); "
+                         f"after a call {fmt_value(med['rss_after_sleep_kb'], kib)}, "
                          f"after trim {fmt_value(med['rss_after_trim_kb'], kib)}")
         rows.append(f"| {data.label(p)} | " + " | ".join(cells) + " |")
     return ("**Memory returned with no allocator call**: RSS after the pause (`sleep`, no allocator call since "
-            "everything was freed) as a share of the peak, target at most 10% (✓/✗); then RSS in KiB after one "
+            "everything was freed) as a share of the peak (and in KiB), target at most 10% (✓/✗); then RSS in KiB after one "
             "malloc/free and after malloc_trim(0) (medians).\n\n"
             f"| {' '.join(data.varying_keys())} | " + " | ".join(allocs) + " |\n|---|" + "---|" * len(allocs) + "\n"
             + "\n".join(rows) + "\n")
