@@ -1,6 +1,7 @@
 """`mtbench report DIR` on the stored fixtures. fixture/ (a real smoke run: system, jemalloc and a
 library that crashes on 512-byte requests, recorded before qmalloc's statistics were stored; its
-idle-threads runs were recorded later, with the same allocators, and appended):
+idle-threads runs were recorded later, with the same allocators, and appended, and so were issue
+15's benchmarks and the real family, and two-phase again once it reported its idle figure):
 report.md, summary.txt and every plot come from the stored data alone, the tables show the stored
 figures, crashes are marked, and redrawing is repeatable. fixture-qmalloc/ (a real smoke run of
 system and qmalloc, two repetitions): the "qmalloc internals" table of every benchmark shows the
