@@ -1,6 +1,8 @@
 # redis-server on loopback, driven by redis-benchmark (SET, GET, LPUSH, LPOP, HSET, 100-byte
 # values over 100,000 random keys, 20 clients). Only the server runs under the allocator being
-# measured; the client runs on the system allocator. SCALE: units of 10,000 requests per command.
+# measured; the client runs on the system allocator. Debian's redis-server is linked with
+# libjemalloc and calls plain malloc, so without a preload it runs on jemalloc, and a preloaded
+# allocator replaces jemalloc. SCALE: units of 10,000 requests per command.
 source "$(dirname "$0")/common.sh"
 case "$verb" in
   check) need redis-server redis-server; need redis-benchmark redis-tools; need redis-cli redis-tools ;;
