@@ -285,7 +285,7 @@ def _quick():
 # unit is about half a CPU-second to two on this project's 2-core machines, so quick's scale 1
 # keeps the family to about a minute with 5 allocators and 3 repetitions.
 REAL_PROGRAMS = ["python-objects", "python-tests", "perl-hash", "gcc-compile", "git-gc", "redis", "sqlite"]
-REAL_PAPER_SCALE = {"python-objects": 10, "python-tests": 12, "perl-hash": 50, "gcc-compile": 10, "git-gc": 5,
+REAL_PAPER_SCALE = {"python-objects": 10, "python-tests": 12, "perl-hash": 100, "gcc-compile": 25, "git-gc": 5,
                     "redis": 10, "sqlite": 10}
 
 
@@ -300,7 +300,7 @@ def _issue15_quick():
         "realloc-mix": _points(threads=[1, 2, 4], ops=300_000),
         "churn": _points(live=[1000, 100_000], ops=1_000_000),
         "mixed-stress": _points(threads=[2, 4], ops=200_000, generations=4),
-        "real": [{"program": p, "scale": 2 if p == "python-tests" else 1} for p in REAL_PROGRAMS],
+        "real": [{"program": p, "scale": 1} for p in REAL_PROGRAMS],
     }
 
 

@@ -1,10 +1,10 @@
 # gcc -O2 compiling one large generated C file (functions with switches, loops, structs and
 # string tables: enough for the compiler's own data structures to grow to hundreds of MiB).
-# SCALE: units of 100 functions. Peak RSS is that of cc1, the largest process of the tree.
+# SCALE: units of 40 functions. Peak RSS is that of cc1, the largest process of the tree.
 source "$(dirname "$0")/common.sh"
 case "$verb" in
   check) need gcc gcc ;;
-  setup) awk -v n=$((100 * scale)) 'BEGIN {
+  setup) awk -v n=$((40 * scale)) 'BEGIN {
       print "#include <string.h>\nstruct rec { int a; long b; double c; const char *s; };"
       for (i = 0; i < n; i++) {
         printf "static const char *names_%d[] = {\"a%d\", \"bb%d\", \"ccc%d\", \"dddd%d\"};\n", i, i, i, i, i

@@ -1,11 +1,11 @@
 # perl building a big hash (string keys to small arrays), walking it sorted, deleting half and
-# refilling it. SCALE: units of 100,000 keys.
+# refilling it. SCALE: units of 50,000 keys.
 source "$(dirname "$0")/common.sh"
 case "$verb" in
   check) need perl perl-base ;;
   setup) ;;
   run) perl -e '
-    my $n = 100_000 * $ARGV[0]; my %h;
+    my $n = 50_000 * $ARGV[0]; my %h;
     for my $i (1 .. $n) { $h{"key-$i-" . ($i * 7919 % 1000003)} = [$i, "value $i", $i % 97]; }
     my $sum = 0;
     for my $k (sort keys %h) { $sum += $h{$k}[2]; }
