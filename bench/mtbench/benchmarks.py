@@ -286,7 +286,7 @@ def _quick():
 # keeps the family to about a minute with 5 allocators and 3 repetitions.
 REAL_PROGRAMS = ["python-objects", "python-tests", "perl-hash", "gcc-compile", "git-gc", "redis", "sqlite"]
 REAL_PAPER_SCALE = {"python-objects": 10, "python-tests": 12, "perl-hash": 100, "gcc-compile": 25, "git-gc": 5,
-                    "redis": 10, "sqlite": 10}
+                    "redis": 20, "sqlite": 10}
 
 
 def _issue15_quick():
