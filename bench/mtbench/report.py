@@ -339,6 +339,12 @@ def _fmt_count(v):
 def qmalloc_internals_section(data):
     """The "qmalloc internals" table of one benchmark (one per allocator that stored statistics),
     or a line saying why there is none for qmalloc runs, or "" for a benchmark without any."""
+    if not data.bench.own_stats:
+        if any(r["allocator"] == "qmalloc" for r in data.runs):
+            return ("qmalloc internals: not shown for this benchmark: the statistics line qmalloc prints last "
+                    "is the launcher's own, not the measured program's (each process of the tree prints its own "
+                    "to stderr).\n")
+        return ""
     out = []
     ops = data.bench.ops
     for alloc in qmstats.allocators_with_stats(data):
