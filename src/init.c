@@ -26,7 +26,10 @@ static void init_fork_release(bool child) {
 
 static void init_fork_parent(void) { init_fork_release(false); }
 
-static void init_fork_child(void) { init_fork_release(true); }
+static void init_fork_child(void) {
+  init_fork_release(true);
+  release_after_fork_child();
+}
 
 void init_process(void) {
   if (__atomic_load_n(&init_done, __ATOMIC_ACQUIRE)) return;
@@ -34,6 +37,7 @@ void init_process(void) {
   if (!init_done) {
     /* Nothing here may allocate: this runs inside the first malloc. */
     options_init();
+    check_init(); /* the free tags' secret, before the first object exists */
     sizeclass_init((unsigned)option(OPTION_MIN_ALIGN), (unsigned)option(OPTION_TRANSFER_BATCH));
     api_verify_sizes = option(OPTION_CHECK) >= 2;
     central_init();

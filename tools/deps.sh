@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what a make target needs on a fresh Debian machine, and nothing that is already there.
-# usage: tools/deps.sh build|fastpath|bench|real
+# usage: tools/deps.sh build|fastpath|bench|real|install
 set -euo pipefail
 need_pkgs=()
 want() { # want COMMAND-or-FILE PACKAGE
@@ -25,7 +25,8 @@ case "${1:-build}" in
               v=$(/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
               want "/usr/lib/python$v/test/test_dict.py" "libpython$v-testsuite"
             else want /usr/bin/python3 python3; fi ;;
-  *) echo "deps.sh: unknown target '$1' (expected build, fastpath, bench or real)" >&2; exit 2 ;;
+  install)  want pkg-config pkgconf; want readelf binutils; want groff groff-base ;; # tests/install
+  *) echo "deps.sh: unknown target '$1' (expected build, fastpath, bench, real or install)" >&2; exit 2 ;;
 esac
 [[ ${#need_pkgs[@]} -eq 0 ]] && exit 0
 if [[ $(id -u) -ne 0 ]]; then
