@@ -80,23 +80,39 @@ ulimit -c 0 # qemu writes a core file, and a line into the test's stderr, for ev
 say "running under $($qemu --version | head -1), guest page size ${QEMU_PAGESIZE:-4096, the default}"
 passed=() failed=() skipped=()
 run_started=$SECONDS
-for t in "${tests[@]}"; do
-  t0=$SECONDS
+# $jobs tests at a time (the longest first, so the run ends soon after them); each one's output
+# and exit status go to $build/results, read back in the order of the list.
+mkdir -p "$build/results"
+rm -f "$build"/results/*
+run_one() { # run_one TEST
+  local t0=$SECONDS
   # shellcheck disable=SC2086 # the arguments are words
-  out=$(cd "$build" && timeout 600 $QM_TEST_EMULATOR "./$t" ${args[$t]:-} 2>&1)
-  rc=$?
+  (cd "$build" && timeout 600 $QM_TEST_EMULATOR "./$1" ${args[$1]:-}) >"$build/results/$1.out" 2>&1
+  echo "$? $((SECONDS - t0))" >"$build/results/$1.rc"
+}
+longest_first=(api_malloc_free stress_stress stress_fork api_huge_sizes api_aligned)
+for t in "${longest_first[@]}" "${tests[@]}"; do
+  [[ " ${tests[*]} " == *" $t "* && ! -e $build/results/$t.started ]] || continue
+  touch "$build/results/$t.started"
+  while (($(jobs -rp | wc -l) >= jobs)); do wait -n; done
+  run_one "$t" &
+done
+wait
+for t in "${tests[@]}"; do
+  read -r rc secs <"$build/results/$t.rc"
+  out=$(cat "$build/results/$t.out")
   name=${t/_/-}
   if ((rc == 0)); then
-    passed+=("$name"); say "ok   $name ($((SECONDS - t0)) s) ${args[$t]:-}"
+    passed+=("$name"); say "ok   $name ($secs s) ${args[$t]:-}"
     printf '%s\n' "$out" | grep -E 'note:|not run:' | sed 's/^/    /' # what could not be checked here
   elif ((rc == 77)); then # the test printed why it cannot run here
     skipped+=("$name"); say "skip $name: $(printf '%s\n' "$out" | grep -m1 'skipped:' | sed 's/.*skipped: //')"
   else
-    failed+=("$name"); say "FAIL $name (exit $rc, $((SECONDS - t0)) s) ${args[$t]:-}"
+    failed+=("$name"); say "FAIL $name (exit $rc, $secs s) ${args[$t]:-}"
     printf '%s\n' "$out" | tail -40 | sed 's/^/    /'
   fi
 done
-say "emulated run: ${#tests[@]} tests in $((SECONDS - run_started)) s"
+say "emulated run: ${#tests[@]} tests in $((SECONDS - run_started)) s ($jobs at a time)"
 ((${#failed[@]} == 0)) || say "failed: ${failed[*]}"
 echo "cross-aarch64: ${#passed[@]} passed, ${#failed[@]} failed, ${#skipped[@]} skipped"
 ((${#failed[@]} == 0))
