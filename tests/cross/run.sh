@@ -70,7 +70,7 @@ fi
 declare -A args=(
   [stress_stress]="--threads 8 --ops 3000"
   [stress_thread_churn]="--threads 400"
-  [stress_fork]="--forks 24 ${fork_args[*]}"
+  [stress_fork]="--forks 16 ${fork_args[*]}"
 )
 export QMALLOC_SO=$build/libqmalloc.so QM_SOURCE_DIR=$src QM_TEST_CHURN_MIB=128
 # -cpu: qemu's default "max" CPU has SVE, and glibc's SVE memset/memcpy are emulated one element
