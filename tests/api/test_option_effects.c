@@ -88,7 +88,8 @@ static void run(run_t *r, const char *workload, const char *setting) {
     close(out[0]);
     close(err[0]);
     if (setting) putenv((char *)setting);
-    execl("/proc/self/exe", "test_option_effects", "child", workload, (char *)NULL);
+    char *argv[] = {"test_option_effects", "child", (char *)workload, NULL};
+    tu_exec_self(argv, NULL);
     _exit(127);
   }
   close(out[1]);
