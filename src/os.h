@@ -38,6 +38,10 @@ size_t os_guard_size(void);
  * two, at least PAGE_SIZE), with the guards asked for (PROT_NONE, not counted as mapped); only
  * `size` bytes and the guards stay mapped. NULL if the kernel refused. */
 void *os_map(size_t size, size_t alignment, os_map_kind_t kind, os_guard_t guard);
+/* Maps `size` bytes of zeroed memory (OS_COMMIT) ending exactly at `end` (both multiples of the
+ * kernel page), only if nothing is mapped there: so that the page heap grows as one region whose
+ * free runs coalesce across chunks. NULL if the range is taken or the kernel refused. */
+void *os_map_below(uintptr_t end, size_t size);
 /* Unmaps a mapping made with guards, guards included. */
 bool os_unmap_guarded(void *addr, size_t size, os_guard_t guard);
 /* Unmaps a guard (addr, os_guard_size() bytes), not counted as mapped. */

@@ -75,6 +75,21 @@ void *os_map(size_t size, size_t alignment, os_map_kind_t kind, os_guard_t guard
   return result;
 }
 
+void *os_map_below(uintptr_t end, size_t size) {
+  if (end < size || end % os_page_size() != 0) return NULL;
+  int saved = errno;
+  void *want = (void *)(end - size);
+  char *p = mmap(want, size, PROT_READ | PROT_WRITE, os_flags(OS_COMMIT) | MAP_FIXED_NOREPLACE, -1, 0);
+  if (p != MAP_FAILED && p != want) { /* a kernel before 4.17 takes the address as a hint only */
+    munmap(p, size);
+    p = MAP_FAILED;
+  }
+  errno = saved;
+  if (p == MAP_FAILED) return NULL;
+  stats_mapped_add((intptr_t)size);
+  return p;
+}
+
 bool os_unmap_guarded(void *addr, size_t size, os_guard_t guard) {
   size_t before = guard == OS_GUARD_AROUND ? os_guard_size() : 0, after = guard != OS_GUARD_NONE ? os_guard_size() : 0;
   int saved = errno;

@@ -62,7 +62,10 @@ aarch64-linux-gnu-gcc -O1 -pthread "$src/tests/cross/fork_thread_probe.c" -o "$b
 if ! (ulimit -c 0; "$qemu" -cpu max,sve=off -L $sysroot "$build/fork_thread_probe") >/dev/null 2>&1; then
   fork_args=(--no-child-threads)
   say "note: $qemu cannot start a thread in a child forked from a threaded process" \
-      "(tests/cross/fork_thread_probe.c fails without qmalloc): stress-fork runs without its mode 1"
+      "(tests/cross/fork_thread_probe.c fails without qmalloc): stress-fork runs without its mode 1," \
+      "and qmalloc's background releaser thread is off (QMALLOC_RELEASE_THREAD=0: a forked child would" \
+      "start its own); api-idle_release, which needs it, says it cannot run"
+  export QMALLOC_RELEASE_THREAD=0
 fi
 
 # ---- run --------------------------------------------------------------------------------------
@@ -71,6 +74,7 @@ declare -A args=(
   [stress_stress]="--threads 8 --ops 3000"
   [stress_thread_churn]="--threads 400"
   [stress_fork]="--forks 16 ${fork_args[*]}"
+  [stress_huge_realloc]="--rounds 60"
 )
 export QMALLOC_SO=$build/libqmalloc.so QM_SOURCE_DIR=$src QM_TEST_CHURN_MIB=128
 # -cpu: qemu's default "max" CPU has SVE, and glibc's SVE memset/memcpy are emulated one element
