@@ -12,10 +12,9 @@
 #include "qmalloc.h"
 #include "tcache_window.h"
 
-bool api_verify_sizes; /* check=2: sized frees verify the size against the page map */
 
 static void *malloc_slow(size_t size);
-static void free_slow(void *ptr, unsigned expected);
+static void free_slow(void *ptr, unsigned expected, size_t size);
 static void free_push_slow(void *ptr, tcache_list_t *list);
 
 /* ================================ the fast paths ============================================= */
@@ -80,8 +79,8 @@ QM_INLINE void free_push(void *ptr, unsigned cls) {
  * boundary (one multiply rejects interior pointers, foreign pointers and non-small pages alike:
  * class 0's magic is 0), the class is `expected` if the caller named one (sized frees: the size
  * must name the block's real class, one compare), and free_push stays on its fast path. NULL,
- * large and invalid pointers go to free_slow. */
-QM_INLINE void free_fast(void *ptr, unsigned expected) {
+ * large and invalid pointers go to free_slow. (size: the sized free's size, for its message.) */
+QM_INLINE void free_fast(void *ptr, unsigned expected, size_t size) {
   uintptr_t addr = (uintptr_t)ptr;
   pagemap_leaf_t *leaf = pagemap_leaf_of(addr);
   if (QM_LIKELY(leaf != NULL)) {
@@ -96,7 +95,7 @@ QM_INLINE void free_fast(void *ptr, unsigned expected) {
       return;
     }
   }
-  free_slow(ptr, expected);
+  free_slow(ptr, expected, size);
 }
 
 /* ================================ slow halves ================================================= */
@@ -204,10 +203,10 @@ static QM_NOINLINE QM_COLD __attribute__((noreturn)) void free_fail(void *ptr, c
 
 /* The free of a pointer free_fast could not handle: NULL, a large block, a sized free whose size
  * names another class, or something qmalloc did not hand out. */
-static QM_NOINLINE void free_slow(void *ptr, unsigned expected) {
+static QM_NOINLINE void free_slow(void *ptr, unsigned expected, size_t size) {
   if (ptr == NULL) return;
   block_t b = block_of(ptr, expected ? "free_sized()" : "free()", true);
-  if (expected != 0 && b.cls != expected) check_fail_size("free_sized()", sizeclass_size[expected], ptr);
+  if (expected != 0 && b.cls != expected) check_fail_size("free_sized()", size, ptr);
   if (b.cls != 0) {
     free_push(ptr, b.cls);
   } else {
@@ -247,7 +246,7 @@ static void *aligned_impl(size_t alignment, size_t size) {
 static void *realloc_impl(void *ptr, size_t size) {
   if (ptr == NULL) return malloc_fast(size);
   if (size == 0) { /* glibc: frees and returns NULL */
-    free_fast(ptr, 0);
+    free_fast(ptr, 0, 0);
     return NULL;
   }
   block_t b = block_of(ptr, "realloc()", false);
@@ -270,7 +269,7 @@ static void *realloc_impl(void *ptr, size_t size) {
   void *fresh = malloc_fast(size);
   if (fresh == NULL) return NULL; /* the old block stays valid, as C requires */
   memcpy(fresh, ptr, old < size ? old : size);
-  free_fast(ptr, 0);
+  free_fast(ptr, 0, 0);
   return fresh;
 }
 
@@ -280,7 +279,7 @@ static bool is_power_of_two(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
 QM_EXPORT void *qm_malloc(size_t size) { return malloc_fast(size); }
 
-QM_EXPORT void qm_free(void *ptr) { free_fast(ptr, 0); }
+QM_EXPORT void qm_free(void *ptr) { free_fast(ptr, 0, 0); }
 
 QM_EXPORT void *qm_calloc(size_t count, size_t size) { return calloc_impl(count, size); }
 
@@ -339,7 +338,7 @@ QM_EXPORT size_t qm_malloc_usable_size(void *ptr) {
   return block_usable(block_of(ptr, "malloc_usable_size()", false));
 }
 
-/* A sized free off the fast path: a block above SMALL_MAX, an alignment above 16, or check=2. The
+/* A sized free off the fast path: a block above SMALL_MAX, or an alignment above 16. The
  * size must name the block: its size class, or for a large block its number of pages; otherwise the
  * program stops (a wrong size would file the object under another class). */
 static QM_NOINLINE void free_sized_slow(void *ptr, size_t size, size_t alignment) {
@@ -358,8 +357,8 @@ static QM_NOINLINE void free_sized_slow(void *ptr, size_t size, size_t alignment
 /* free_sized and sized delete: the size names the class, and the page map's class must be that one
  * (one compare more than free()). Sizes above SMALL_MAX go the slow way, checked as well. */
 QM_EXPORT void qm_free_sized(void *ptr, size_t size) {
-  if (QM_LIKELY(size <= SMALL_MAX && !api_verify_sizes)) {
-    free_fast(ptr, sizeclass_of(size));
+  if (QM_LIKELY(size <= SMALL_MAX)) {
+    free_fast(ptr, sizeclass_of(size), size);
     return;
   }
   free_sized_slow(ptr, size, 0);

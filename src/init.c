@@ -39,7 +39,6 @@ void init_process(void) {
     options_init();
     check_init(); /* the free tags' secret, before the first object exists */
     sizeclass_init((unsigned)option(OPTION_MIN_ALIGN), (unsigned)option(OPTION_TRANSFER_BATCH));
-    api_verify_sizes = option(OPTION_CHECK) >= 2;
     central_init();
     tcache_init();
     __atomic_store_n(&init_done, true, __ATOMIC_RELEASE);

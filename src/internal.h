@@ -160,9 +160,6 @@ bool release_running(void);
 uint64_t release_wakeups(void); /* times the thread woke (statistics) */
 void release_after_fork_child(void);
 
-/* ---- api.c ---- */
-extern bool api_verify_sizes;
-
 /* ---- init.c ---- */
 extern bool init_done;
 /* Idempotent; safe to call from any thread at any time, including before main. */

@@ -69,7 +69,7 @@
   X(MIN_ALIGN, min_align, POW2, QM_MIN_ALIGN_DEFAULT, 8, 16,                                       \
     "alignment of the smallest objects; 8 adds an 8-byte class")                                   \
   X(CHECK, check, COUNT, 1, 1, 2,                                                                  \
-    "1: foreign, interior and repeated frees stop the program; 2: also verify free_sized sizes")   \
+    "1: invalid, double and wrong-size frees stop the program; 2: also check every thread-cache list on slow paths (slower)") \
   X(VERBOSE, verbose, BOOL, 0, 0, 1, "print the effective options to stderr at start")             \
   X(STATS, stats, COUNT, 0, 0, 2, "print statistics to stderr at exit: 1 text, 2 JSON")
 

@@ -86,8 +86,10 @@ const char *tcache_check(const tcache_t *tc) {
   return NULL;
 }
 
+/* QM_DEBUG builds and check=2 (QMALLOC_CHECK=2: extra, slower checks) walk every list of the cache,
+ * tags and classes included, after each slow path. */
 static void tcache_debug_check(const tcache_t *tc, const char *where) {
-  if (!qm_debug) return;
+  if (!qm_debug && option(OPTION_CHECK) < 2) return;
   const char *broken = tcache_check(tc);
   if (broken) log_fatal("tcache_check after %s: %s", where, broken);
 }

@@ -58,6 +58,12 @@ static int child(const char *workload) {
   if (strcmp(workload, "usable-8") == 0) printf("usable %zu\n", malloc_usable_size(malloc(8)));
   if (strcmp(workload, "bad-sized-free") == 0) free_sized(malloc(100), 5000);
   if (strcmp(workload, "good-sized-free") == 0) free_sized(malloc(100), 100);
+  if (strcmp(workload, "tag-overwritten") == 0) { /* a write after free over a cached object's tag */
+    long *p = malloc(64);
+    free(p);
+    p[1] = 42;
+    for (int i = 0; i < 1000; i++) free(malloc(3000)); /* slow paths of another class; p stays */
+  }
   fflush(stdout);
   qm_stats_print(1, QM_STATS_JSON);
   return 0;
@@ -162,11 +168,18 @@ int main(int argc, char **argv) {
   run(&r, "usable-8", "QMALLOC_MIN_ALIGN=8");
   CHECK(strstr(r.out, "usable 8\n") != NULL);
 
-  run(&r, "good-sized-free", "QMALLOC_CHECK=2");
-  CHECK(exited_ok(&r));
-  run(&r, "bad-sized-free", "QMALLOC_CHECK=2");
+  /* A wrong size is stopped by default; check=2 adds the walk of every thread-cache list on slow
+   * paths, which finds a free object whose tag was overwritten before it is handed out again. */
+  run(&r, "bad-sized-free", NULL);
   CHECK(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGABRT);
   CHECK_MSG(strstr(r.err, "qmalloc: free_sized(): size 5000 does not match the block 0x") != NULL, "stderr: %s", r.err);
+  run(&r, "good-sized-free", "QMALLOC_CHECK=2");
+  CHECK(exited_ok(&r));
+  run(&r, "tag-overwritten", NULL);
+  CHECK_MSG(exited_ok(&r), "default checks: an overwritten tag is found only when its object is popped");
+  run(&r, "tag-overwritten", "QMALLOC_CHECK=2");
+  CHECK(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGABRT);
+  CHECK_MSG(strstr(r.err, "an object on a list without its free tag") != NULL, "stderr: %s", r.err);
 
   run(&r, "good-sized-free", "QMALLOC_VERBOSE=1");
   CHECK_MSG(strstr(r.err, "tcache_max") != NULL && strstr(r.err, "decay_ms") != NULL, "stderr: %s", r.err);
