@@ -8,12 +8,14 @@
 #include "internal.h"
 #include "log.h"
 #include "os.h"
+#include "prof.h"
 #include "qmalloc.h"
 #include "tcache_window.h"
 
 bool api_verify_sizes; /* check=2: sized frees verify the size against the page map */
 
 static void *malloc_slow(size_t size);
+static void *malloc_sample_slow(size_t size);
 static void *malloc_tick(size_t size, tcache_list_t *list);
 static void free_slow(void *ptr);
 static void free_push_slow(void *ptr, unsigned cls);
@@ -38,7 +40,7 @@ QM_INLINE tcache_list_t *tcache_list_of(unsigned cls) {
  * tick, has an object above its floor (the low-water mark, types.h), and is not being taken back
  * by another thread (the window, tcache_window.h). (A thread whose cache is not set up yet, or is
  * exiting, has empty lists.) */
-QM_INLINE void *malloc_fast(size_t size) {
+QM_INLINE void *malloc_cached(size_t size) {
   if (QM_LIKELY(size <= SMALL_MAX)) {
     tcache_list_t *list = tcache_list_of(sizeclass_of(size));
     if (QM_UNLIKELY((int16_t)--list->tick < 0)) return malloc_tick(size, list);
@@ -54,6 +56,16 @@ QM_INLINE void *malloc_fast(size_t size) {
     list_undo_pop(list);
   }
   return malloc_slow(size);
+}
+
+/* The heap profiler's one decrement and branch: the countdown (types.h) says how many bytes this
+ * thread may allocate before the next sample. Counted in unsigned arithmetic, so no size can
+ * overflow it; a huge size that wraps it simply fails later, unsampled. */
+QM_INLINE void *malloc_fast(size_t size) {
+  uint64_t left = (uint64_t)tcache_self.prof_countdown - size;
+  tcache_self.prof_countdown = (int64_t)left;
+  if (QM_UNLIKELY((int64_t)left < 0)) return malloc_sample_slow(size);
+  return malloc_cached(size);
 }
 
 /* Pushes an object of class cls on this thread's list. Stays here when: the list is below its
@@ -130,6 +142,21 @@ static QM_NOINLINE void *malloc_slow(size_t size) {
   return alloc_large(size, PAGE_SIZE, NULL);
 }
 
+/* The countdown ran out: prof.c decides whether this allocation is sampled. A sampled block is
+ * served as whole pages of its own (a large span, flagged), whatever its size, so that its free
+ * reaches free_slow (the page map's small entry is 0 there) and nothing on the fast paths has to
+ * look for samples. One page per sample, one sample per prof_sample bytes: 0.4% at 2 MiB. */
+static QM_NOINLINE void *malloc_sample_slow(size_t size) {
+  if (QM_UNLIKELY(!init_done)) init_process();
+  if (!prof_should_sample(size)) return malloc_cached(size);
+  void *p = alloc_large(size ? size : 1, PAGE_SIZE, NULL);
+  if (p != NULL) {
+    pagemap_span((uintptr_t)p)->sampled = 1;
+    prof_record(p, size);
+  }
+  return p;
+}
+
 /* What a pointer the program hands back is: its small class, or its large span. Stops the
  * program with one line if qmalloc did not hand it out. */
 typedef struct block_s {
@@ -176,8 +203,15 @@ static QM_NOINLINE void free_push_slow(void *ptr, unsigned cls) {
 static QM_NOINLINE void free_slow(void *ptr) {
   if (ptr == NULL) return;
   block_t b = block_of(ptr, "free()");
-  if (b.cls != 0) free_push(ptr, b.cls);
-  else pageheap_free(b.span);
+  if (b.cls != 0) {
+    free_push(ptr, b.cls);
+    return;
+  }
+  if (b.span->sampled) { /* cleared first: the span header may be reused as soon as it is free */
+    b.span->sampled = 0;
+    prof_forget(ptr);
+  }
+  pageheap_free(b.span);
 }
 
 static void *calloc_impl(size_t count, size_t size) {
@@ -215,7 +249,7 @@ static void *realloc_impl(void *ptr, size_t size) {
   if (b.cls != 0) {
     /* In place only within the same class, so free_sized(ptr, size) still finds the class. */
     if (size <= SMALL_MAX && sizeclass_of(size) == b.cls) return ptr;
-  } else if (size > SMALL_MAX && size <= PTRDIFF_MAX) {
+  } else if (size > SMALL_MAX && size <= PTRDIFF_MAX && !b.span->sampled) { /* a sample moves */
     size_t npages = (size + PAGE_MASK) >> PAGE_SHIFT;
     if (npages == b.span->npages) return ptr;
     if (b.span->direct) {
@@ -312,11 +346,14 @@ static QM_NOINLINE void free_sized_slow(void *ptr, size_t size, size_t alignment
   free_fast(ptr);
 }
 
-/* free_sized and sized delete: the size names the class, so the page map is not read (unless
- * check=2, which verifies it). Sizes above SMALL_MAX go the ordinary way. */
+/* free_sized and sized delete: the size names the class, but a block the heap profiler sampled
+ * is whole pages whatever its size, so the page map decides (free_fast) while sampling is on;
+ * with it off (prof_sample=0) the size is trusted and the page map not read. Sizes above
+ * SMALL_MAX go the ordinary way. */
 QM_EXPORT void qm_free_sized(void *ptr, size_t size) {
   if (QM_LIKELY(size <= SMALL_MAX && ptr != NULL && !api_verify_sizes)) {
-    free_push(ptr, sizeclass_of(size));
+    if (option(OPTION_PROF_SAMPLE) != 0) free_fast(ptr);
+    else free_push(ptr, sizeclass_of(size));
     return;
   }
   free_sized_slow(ptr, size, 0);
@@ -328,7 +365,7 @@ QM_EXPORT void qm_free_aligned_sized(void *ptr, size_t alignment, size_t size) {
     return;
   }
   unsigned cls = sizeclass_for_aligned(size, alignment);
-  if (cls != 0 && ptr != NULL && !api_verify_sizes) free_push(ptr, cls);
+  if (cls != 0 && ptr != NULL && !api_verify_sizes) free_push(ptr, cls); /* aligned blocks are never sampled */
   else free_sized_slow(ptr, size, alignment);
 }
 

@@ -8,6 +8,7 @@
 
 #include "internal.h"
 #include "log.h"
+#include "prof.h"
 #include "qmalloc.h"
 
 static intptr_t stats_mapped_bytes;   /* atomic: os_linux.c */
@@ -44,7 +45,11 @@ size_t stats_mapped(void) { return (size_t)__atomic_load_n(&stats_mapped_bytes, 
   X(idle_reclaims, "thread caches taken back from idle threads")                                \
   X(idle_reclaimed_bytes, "bytes in the thread caches taken back from idle threads")            \
   X(release_calls, "free spans released to the OS")                                             \
-  X(released_bytes_total, "bytes released to the OS since start")
+  X(released_bytes_total, "bytes released to the OS since start")                              \
+  X(prof_sample_rate, "heap profiler: bytes allocated per sample, on average (0: off)")         \
+  X(prof_samples, "heap profiler: samples taken since start")                                  \
+  X(prof_live_samples, "heap profiler: sampled blocks live now")                               \
+  X(prof_live_bytes, "heap profiler: bytes live now, estimated from the samples")
 
 void stats_snapshot(stats_snapshot_t *s) {
   init_process();
@@ -95,6 +100,12 @@ void stats_snapshot(stats_snapshot_t *s) {
   s->idle_reclaimed_bytes = tc.reclaimed_bytes;
   s->release_calls = ph.release_calls;
   s->released_bytes_total = ph.released_bytes_total;
+  prof_totals_t prof;
+  prof_totals(&prof);
+  s->prof_sample_rate = prof.rate;
+  s->prof_samples = prof.samples_taken;
+  s->prof_live_samples = prof.live_samples;
+  s->prof_live_bytes = prof.live_est_bytes;
 }
 
 static void stats_print_text(int fd, const stats_snapshot_t *s) {
