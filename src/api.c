@@ -347,12 +347,12 @@ static QM_NOINLINE void free_sized_slow(void *ptr, size_t size, size_t alignment
 }
 
 /* free_sized and sized delete: the size names the class, but a block the heap profiler sampled
- * is whole pages whatever its size, so the page map decides (free_fast) while sampling is on;
- * with it off (prof_sample=0) the size is trusted and the page map not read. Sizes above
- * SMALL_MAX go the ordinary way. */
+ * is whole pages whatever its size, so once the process has sampled anything the page map decides
+ * (free_fast); before (or with sampling off from the start) the size is trusted and the page map
+ * not read. Sizes above SMALL_MAX go the ordinary way. */
 QM_EXPORT void qm_free_sized(void *ptr, size_t size) {
   if (QM_LIKELY(size <= SMALL_MAX && ptr != NULL && !api_verify_sizes)) {
-    if (option(OPTION_PROF_SAMPLE) != 0) free_fast(ptr);
+    if (prof_sampled_any) free_fast(ptr);
     else free_push(ptr, sizeclass_of(size));
     return;
   }

@@ -32,6 +32,7 @@ typedef struct prof_thread_s {
 static __thread prof_thread_t prof_self __attribute__((tls_model("initial-exec")));
 
 void (*prof_test_unwind_hook)(void);
+bool prof_sampled_any;
 
 /* ---- the tables (under prof_lock) ---------------------------------------------------------- */
 
@@ -243,6 +244,7 @@ static void prof_unlock(void) {
 QM_NOINLINE void prof_record(void *ptr, size_t size) {
   prof_thread_t *self = &prof_self;
   self->inside = true;
+  if (!prof_sampled_any) __atomic_store_n(&prof_sampled_any, true, __ATOMIC_RELAXED);
   uintptr_t frames[PROF_MAX_FRAMES];
   unsigned depth = prof_capture(frames);
   uint64_t rate = (uint64_t)option(OPTION_PROF_SAMPLE);

@@ -35,6 +35,9 @@ typedef enum { PROF_KIND_LIVE = 0, PROF_KIND_PEAK, PROF_KIND_ALLOCATED } prof_ki
  * interval and says whether this allocation is sampled (never while the thread is inside the
  * profiler, never with sampling off, whose countdown is parked at its maximum). No lock. */
 bool prof_should_sample(size_t size);
+/* Set (for good) before the first sampled block is handed out: sized frees must then ask the
+ * page map, since a sampled block is whole pages whatever its size. */
+extern bool prof_sampled_any;
 /* Records a sampled block (the caller flagged its span): captures the stack with no qmalloc lock
  * held, then takes prof_lock. A nested malloc in the unwinder is served unsampled. */
 void prof_record(void *ptr, size_t size);
