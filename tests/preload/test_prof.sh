@@ -9,7 +9,7 @@
 # cannot be installed the reader checks are skipped with the reason printed, the rest still runs.
 set -u
 source "$(dirname "$0")/common.sh"
-require_env QMALLOC_SO QM_TEST_BIN
+require_env QMALLOC_SO QM_TEST_BIN QM_SOURCE_DIR
 PROG=$QM_TEST_BIN/preload_prof_leak
 
 have_pprof=1
@@ -67,6 +67,29 @@ if [[ -n $leak ]]; then
     grep -q ' churn_and_free$' "$QM_TMP/pprof.allocated.txt" && pass "the allocated profile has churn_and_free" || fail "churn_and_free missing from the allocated profile"
     grep -q ' churn_and_free$' "$QM_TMP/pprof.signal1.live.txt" && pass "the signal's live profile has churn_and_free" || fail "churn_and_free missing from the signal's profile"
   fi
+fi
+
+# ---- tools/qmalloc-profile: top sites with file:line, and a flame graph ------------------------
+# It installs inferno (cargo) on first use; without cargo and without inferno it cannot run.
+TOOL=$QM_SOURCE_DIR/tools/qmalloc-profile
+if [[ $have_pprof -eq 0 ]]; then
+  echo "SKIP qmalloc-profile: google-pprof cannot be installed here"
+elif ! command -v inferno-flamegraph >/dev/null && [[ ! -x ${CARGO_HOME:-$HOME/.cargo}/bin/inferno-flamegraph ]] && ! command -v cargo >/dev/null; then
+  echo "SKIP qmalloc-profile: inferno-flamegraph is not installed and cargo is not there to install it"
+else
+  QMALLOC_SO=$QMALLOC_SO "$TOOL" --sample 4096 --svg "$QM_TMP/leak.svg" "$PROG" >"$QM_TMP/tool.out" 2>"$QM_TMP/tool.err"
+  st=$?
+  if [[ $st -eq 0 ]] && grep -Eq 'leak_here .*prof_leak\.c:1[56]$' "$QM_TMP/tool.out"; then
+    pass "qmalloc-profile lists leak_here with file:line"
+  else
+    fail "qmalloc-profile: status $st"; head -5 "$QM_TMP/tool.out" "$QM_TMP/tool.err" | sed 's/^/    | /'
+  fi
+  grep -q '<svg' "$QM_TMP/leak.svg" 2>/dev/null && grep -q 'leak_here' "$QM_TMP/leak.svg" &&
+    pass "qmalloc-profile wrote a flame graph with leak_here" || fail "no flame graph SVG with leak_here"
+  "$TOOL" --kind nope "$PROG" 2>"$QM_TMP/bad.err"
+  st=$?
+  [[ $st -ne 0 && $(wc -l <"$QM_TMP/bad.err") -eq 1 ]] && pass "qmalloc-profile: a bad --kind is one line, status $st" ||
+    fail "qmalloc-profile --kind nope: status $st, $(wc -l <"$QM_TMP/bad.err") lines"
 fi
 
 # ---- python3 building a dict -------------------------------------------------------------------
