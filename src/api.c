@@ -3,6 +3,7 @@
  * *_slow function in this file or a call into tcache.c / pageheap.c.
  * Lock: none here. Callers: programs, new_delete.c. */
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "internal.h"
@@ -36,13 +37,55 @@ QM_INLINE tcache_list_t *tcache_list_of(unsigned cls) {
 #endif
 }
 
+/* The same list, given the cache's offset from the thread pointer (tcache_tls_offset), so that
+ * malloc loads that offset once for the profiler's countdown and the list. */
+QM_INLINE tcache_list_t *tcache_list_at(unsigned cls, uintptr_t tls_offset) {
+#if defined(__x86_64__)
+  uintptr_t at = (uintptr_t)cls * sizeof(tcache_list_t);
+  __asm__("addq %%fs:0, %0" : "+r"(at));
+  return (tcache_list_t *)(at + tls_offset);
+#else
+  (void)tls_offset;
+  return &tcache_self.lists[cls];
+#endif
+}
+
+QM_INLINE uintptr_t tcache_tls_offset(void) {
+#if defined(__x86_64__)
+  uintptr_t off;
+  __asm__("movq tcache_self@gottpoff(%%rip), %0" : "=r"(off));
+  return off;
+#else
+  return 0;
+#endif
+}
+
+/* Subtracts size from this thread's profiler countdown; true if it went negative. On x86-64 one
+ * subtract on the thread-relative address and the sign flag (GCC would otherwise compute the
+ * address again, measured with make fastpath). Unsigned arithmetic: no size overflows it. */
+QM_INLINE bool prof_countdown_expired(size_t size, uintptr_t tls_offset) {
+#if defined(__x86_64__)
+  bool negative;
+  __asm__ volatile("subq %2, %%fs:%c3(%1)"
+                   : "=@ccs"(negative)
+                   : "r"(tls_offset), "r"(size), "i"(offsetof(tcache_t, prof_countdown))
+                   : "memory");
+  return negative;
+#else
+  (void)tls_offset;
+  uint64_t left = (uint64_t)tcache_self.prof_countdown - size;
+  tcache_self.prof_countdown = (int64_t)left;
+  return (int64_t)left < 0;
+#endif
+}
+
 /* malloc stays here when: size <= SMALL_MAX, this thread's list for its class is not due for its
  * tick, has an object above its floor (the low-water mark, types.h), and is not being taken back
  * by another thread (the window, tcache_window.h). (A thread whose cache is not set up yet, or is
  * exiting, has empty lists.) */
-QM_INLINE void *malloc_cached(size_t size) {
+QM_INLINE void *malloc_cached(size_t size, uintptr_t tls_offset) {
   if (QM_LIKELY(size <= SMALL_MAX)) {
-    tcache_list_t *list = tcache_list_of(sizeclass_of(size));
+    tcache_list_t *list = tcache_list_at(sizeclass_of(size), tls_offset);
     if (QM_UNLIKELY((int16_t)--list->tick < 0)) return malloc_tick(size, list);
     uint16_t before;
     /* The head is read before the pop's mark: a pop that gives up does not use it, and the
@@ -59,13 +102,12 @@ QM_INLINE void *malloc_cached(size_t size) {
 }
 
 /* The heap profiler's one decrement and branch: the countdown (types.h) says how many bytes this
- * thread may allocate before the next sample. Counted in unsigned arithmetic, so no size can
- * overflow it; a huge size that wraps it simply fails later, unsampled. */
+ * thread may allocate before the next sample. A huge size that wraps it simply fails later,
+ * unsampled. */
 QM_INLINE void *malloc_fast(size_t size) {
-  uint64_t left = (uint64_t)tcache_self.prof_countdown - size;
-  tcache_self.prof_countdown = (int64_t)left;
-  if (QM_UNLIKELY((int64_t)left < 0)) return malloc_sample_slow(size);
-  return malloc_cached(size);
+  uintptr_t tls_offset = tcache_tls_offset();
+  if (QM_UNLIKELY(prof_countdown_expired(size, tls_offset))) return malloc_sample_slow(size);
+  return malloc_cached(size, tls_offset);
 }
 
 /* Pushes an object of class cls on this thread's list. Stays here when: the list is below its
@@ -148,7 +190,7 @@ static QM_NOINLINE void *malloc_slow(size_t size) {
  * look for samples. One page per sample, one sample per prof_sample bytes: 0.4% at 2 MiB. */
 static QM_NOINLINE void *malloc_sample_slow(size_t size) {
   if (QM_UNLIKELY(!init_done)) init_process();
-  if (!prof_should_sample(size)) return malloc_cached(size);
+  if (!prof_should_sample(size)) return malloc_cached(size, tcache_tls_offset());
   void *p = alloc_large(size ? size : 1, PAGE_SIZE, NULL);
   if (p != NULL) {
     pagemap_span((uintptr_t)p)->sampled = 1;
