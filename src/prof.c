@@ -367,12 +367,14 @@ static void prof_dump_signalled(void) {
 /* The dump signal. The handler uses only async-signal-safe calls (open, write, read, close) and
  * no allocation. It never waits for prof_lock: if it interrupted the profiler on this thread (the
  * guard is set) or another thread holds the lock, it leaves the dump to whoever unlocks next. */
-static void prof_signal_handler(int sig) {
+void prof_dump_request(void) {
   int saved = errno;
   __atomic_store_n(&prof_dump_pending, 1, __ATOMIC_RELEASE);
   prof_dump_signalled();
   errno = saved;
 }
+
+static void prof_signal_handler(int sig) { prof_dump_request(); }
 
 /* At exit (QMALLOC_PROF_DUMP set): the leak report (what is still live), the peak, everything
  * allocated, and one line on stderr saying what was written. */

@@ -49,6 +49,10 @@ uint64_t prof_draw_interval(uint64_t *state, uint64_t rate);
 uint64_t prof_estimate_bytes(size_t size, uint64_t rate);
 /* Process start (from init.c, after malloc works): fork handlers, the dump signal, the exit dump. */
 void prof_start(void);
+/* What the dump signal's handler does (async-signal-safe): writes the live profile to
+ * <prof_dump or "qmalloc">.<pid>.signal<k>.live.heap now, or, if this thread is inside the
+ * profiler or another holds its lock, leaves it to the next thread that leaves the profiler. */
+void prof_dump_request(void);
 /* Forgets the "allocated" counts (qm_prof_reset). */
 void prof_reset_allocated(void);
 /* Writes a profile of `kind` to fd under prof_lock (qm_prof_dump). Returns false if the write

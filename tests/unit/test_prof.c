@@ -2,7 +2,8 @@
  * exponential with the configured mean (mean and spread over many draws); the estimate of a
  * sample is unbiased for its size; a sampled allocation's recorded stack holds the function that
  * called malloc; the unwinder may allocate (a hook inside its frame callback does) without
- * recursing into the profiler; sampled blocks work with realloc, malloc_usable_size and sized
+ * recursing into the profiler; a dump requested by the signal while the profiler runs is deferred,
+ * not deadlocked, and written when it leaves; sampled blocks work with realloc, malloc_usable_size and sized
  * frees; the peak is kept; a thread that exits with live samples leaves them valid; a fork child
  * starts with an empty profile and can free what it inherited. */
 #include <pthread.h>
@@ -170,6 +171,46 @@ static void test_unwinder_allocates(void) {
   CHECK_EQ(totals().live_samples, before.live_samples);
 }
 
+/* ---- the dump signal arriving inside the profiler ------------------------------------------------ */
+
+static char signal_prefix[64];
+static int signal_requests;
+
+static bool signal_file_exists(int k) {
+  char path[128];
+  snprintf(path, sizeof path, "%s.%d.signal%d.live.heap", signal_prefix, (int)getpid(), k);
+  return access(path, F_OK) == 0;
+}
+
+/* As if the signal interrupted the unwinder: the profiler's guard is set, so the handler must not
+ * wait for anything, and the dump must come out once the sample is recorded. */
+static void signal_inside_hook(void) {
+  if (signal_requests++ == 0) {
+    prof_dump_request();
+    CHECK(!signal_file_exists(1)); /* deferred, not written from inside */
+  }
+}
+
+static void test_signal_inside_profiler(void) {
+  snprintf(signal_prefix, sizeof signal_prefix, "/tmp/qm-unit-prof-%d", (int)getpid());
+  CHECK(options_set("prof_dump", 9, signal_prefix, strlen(signal_prefix), "test"));
+  set_rate("1");
+  prof_test_unwind_hook = signal_inside_hook;
+  void *p = prof_test_site(100);
+  prof_test_unwind_hook = NULL;
+  set_rate("0");
+  CHECK_EQ(signal_requests >= 1, 1);
+  CHECK(signal_file_exists(1)); /* written as the sample left the profiler */
+  prof_dump_request(); /* outside the profiler: written at once */
+  CHECK(signal_file_exists(2));
+  free(p);
+  for (int k = 1; k <= 2; k++) {
+    char path[128];
+    snprintf(path, sizeof path, "%s.%d.signal%d.live.heap", signal_prefix, (int)getpid(), k);
+    unlink(path);
+  }
+}
+
 /* ---- sampled blocks through the rest of the API ----------------------------------------------- */
 
 static void test_sampled_block_api(void) {
@@ -309,6 +350,7 @@ int main(void) {
   test_estimates();
   test_stack_has_caller();
   test_unwinder_allocates();
+  test_signal_inside_profiler();
   test_sampled_block_api();
   test_peak();
   test_thread_exit();
