@@ -7,7 +7,9 @@
  * another qmalloc lock or allocates (records come from os_map). Stacks are captured before it is
  * taken, with no qmalloc lock held, under a per-thread guard that serves nested mallocs unsampled.
  * Callers: api.c (slow halves of malloc and free), init.c (prof_start), stats.c, qm_prof_*. */
+#include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -223,12 +225,52 @@ static _Unwind_Reason_Code prof_unwind_frame(struct _Unwind_Context *ctx, void *
   return u->depth == PROF_MAX_FRAMES ? _URC_END_OF_STACK : _URC_NO_REASON;
 }
 
-/* Innermost first, starting at the program's call into qmalloc's entry point (the frames of
- * this function, prof_record and api.c's malloc_sample_slow are skipped; all three are
- * noinline). */
+/* libqmalloc.so's executable pages, when it is a library of its own (not linked into the
+ * program): leading frames there (calloc, realloc, operator new calling into malloc) are qmalloc's,
+ * not the program's. Found once at start; [0, 0) when qmalloc is part of the program. */
+static uintptr_t prof_own_text_lo, prof_own_text_hi;
+
+static int prof_find_own_text(struct dl_phdr_info *info, size_t size, void *arg) {
+  uintptr_t base = (uintptr_t)arg;
+  if (info->dlpi_addr != base) return 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+      prof_own_text_lo = base + ph->p_vaddr;
+      prof_own_text_hi = prof_own_text_lo + ph->p_memsz;
+    }
+  }
+  return 1;
+}
+
+static int prof_first_object(struct dl_phdr_info *info, size_t size, void *arg) {
+  *(uintptr_t *)arg = info->dlpi_addr; /* the program comes first */
+  return 1;
+}
+
+static void prof_locate_own_text(void) {
+  Dl_info self;
+  uintptr_t program = 1;
+  if (dladdr((void *)prof_locate_own_text, &self) == 0) return;
+  dl_iterate_phdr(prof_first_object, &program);
+  if ((uintptr_t)self.dli_fbase == program) return; /* linked into the program */
+  /* dli_fbase is the lowest mapped address; dlpi_addr the load bias: equal for shared objects
+   * linked at 0, which every shared library is. */
+  dl_iterate_phdr(prof_find_own_text, self.dli_fbase);
+}
+
+/* Innermost first, starting at the program's call into qmalloc: the frames of this function,
+ * prof_record and api.c's malloc_sample_slow are skipped (all three noinline), then any frame
+ * still in libqmalloc.so's own code. */
 static QM_NOINLINE unsigned prof_capture(uintptr_t *frames) {
   prof_unwind_t u = {frames, 0, 3};
   _Unwind_Backtrace(prof_unwind_frame, &u);
+  unsigned first = 0;
+  while (first < u.depth && frames[first] - 1 - prof_own_text_lo < prof_own_text_hi - prof_own_text_lo) first++;
+  if (first > 0 && first < u.depth) {
+    memmove(frames, frames + first, (u.depth - first) * sizeof frames[0]);
+    u.depth -= first;
+  }
   return u.depth;
 }
 
@@ -428,6 +470,7 @@ static void prof_fork_child(void) {
 }
 
 void prof_start(void) {
+  prof_locate_own_text();
   pthread_atfork(prof_fork_prepare, prof_fork_parent, prof_fork_child);
   int sig = (int)option(OPTION_PROF_SIGNAL);
   if (sig != 0) {

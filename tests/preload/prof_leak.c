@@ -1,5 +1,6 @@
 /* A program with one deliberate leak, for tests/preload/test_prof.sh and docs/profiling.md:
- * leak_here() keeps 64 blocks of 16 KiB (1 MiB) and 512 of 1 KiB (512 KiB); churn_and_free()
+ * leak_here() keeps 64 blocks of 16 KiB (1 MiB, malloc) and 512 of 1 KiB (512 KiB, calloc, so that
+ * its stacks must start past qmalloc's own calloc frame); churn_and_free()
  * allocates 40 MiB in blocks of 100 B..8 KiB and frees every one of them. With "signal" as its
  * argument it sends itself SIGUSR2 (QMALLOC_PROF_SIGNAL=12 writes a profile then) while 20 MiB of
  * churn is live. Writes nothing to stdio, so no libc buffer stays allocated: at exit the only
@@ -13,7 +14,7 @@ static void *volatile kept[64 + 512];
 
 __attribute__((noinline)) static void leak_here(void) {
   for (int i = 0; i < 64; i++) kept[i] = memset(malloc(16384), 1, 16384);
-  for (int i = 0; i < 512; i++) kept[64 + i] = memset(malloc(1024), 2, 1024);
+  for (int i = 0; i < 512; i++) kept[64 + i] = memset(calloc(1, 1024), 2, 1024);
 }
 
 __attribute__((noinline)) static void churn_and_free(int signal_midway) {

@@ -79,7 +79,7 @@ elif ! command -v inferno-flamegraph >/dev/null && [[ ! -x ${CARGO_HOME:-$HOME/.
 else
   QMALLOC_SO=$QMALLOC_SO "$TOOL" --sample 4096 --svg "$QM_TMP/leak.svg" "$PROG" >"$QM_TMP/tool.out" 2>"$QM_TMP/tool.err"
   st=$?
-  if [[ $st -eq 0 ]] && grep -Eq 'leak_here .*prof_leak\.c:1[56]$' "$QM_TMP/tool.out"; then
+  if [[ $st -eq 0 ]] && grep -Eq 'leak_here .*prof_leak\.c:1[67]$' "$QM_TMP/tool.out"; then
     pass "qmalloc-profile lists leak_here with file:line"
   else
     fail "qmalloc-profile: status $st"; head -5 "$QM_TMP/tool.out" "$QM_TMP/tool.err" | sed 's/^/    | /'
