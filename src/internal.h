@@ -1,7 +1,9 @@
 /* Cross-file contracts, grouped by the file that defines them. Lock order (outermost first):
  *   tcache registry lock  ->  a cache's reclaim_lock  ->  central[cls].lock (ascending cls)
  *   ->  page heap lock  ->  stats lock
- * A function that takes a lock says so; none is taken on the malloc/free fast paths. */
+ * A function that takes a lock says so; none is taken on the malloc/free fast paths.
+ * The heap profiler's prof_lock (prof.c) is outside this order: taken with no other qmalloc lock
+ * held, and nothing under it takes one. */
 #ifndef QM_INTERNAL_H
 #define QM_INTERNAL_H
 

@@ -259,11 +259,12 @@ static void prof_locate_own_text(void) {
   dl_iterate_phdr(prof_find_own_text, self.dli_fbase);
 }
 
-/* Innermost first, starting at the program's call into qmalloc: the frames of this function,
- * prof_record and api.c's malloc_sample_slow are skipped (all three noinline), then any frame
- * still in libqmalloc.so's own code. */
-static QM_NOINLINE unsigned prof_capture(uintptr_t *frames) {
-  prof_unwind_t u = {frames, 0, 3};
+/* Innermost first, starting at the program's call into qmalloc: the frames of prof_record
+ * (this is inlined into it: each frame unwound costs about 2,000 instructions) and api.c's
+ * malloc_sample_slow are skipped (both noinline), then any frame still in libqmalloc.so's own
+ * code. */
+QM_INLINE unsigned prof_capture(uintptr_t *frames) {
+  prof_unwind_t u = {frames, 0, 2};
   _Unwind_Backtrace(prof_unwind_frame, &u);
   unsigned first = 0;
   while (first < u.depth && frames[first] - 1 - prof_own_text_lo < prof_own_text_hi - prof_own_text_lo) first++;
