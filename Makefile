@@ -26,6 +26,15 @@ fastpath: all
 	@tools/deps.sh fastpath
 	@tools/fastpath.sh count $(BUILD)/libqmalloc.so
 
+# Install under $(DESTDIR)$(PREFIX), and remove exactly that again (cmake/install.cmake lists the files).
+PREFIX    ?= /usr/local
+.PHONY: install uninstall
+install: all
+	@DESTDIR=$(if $(DESTDIR),$(abspath $(DESTDIR))) cmake --install $(BUILD) --prefix $(abspath $(PREFIX))
+
+uninstall: all
+	@DESTDIR=$(if $(DESTDIR),$(abspath $(DESTDIR))) cmake -DQM_BUILD=$(abspath $(BUILD)) -DQM_PREFIX=$(abspath $(PREFIX)) -P cmake/uninstall.cmake
+
 clean:
 	rm -rf $(BUILD)
 

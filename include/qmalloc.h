@@ -8,11 +8,15 @@
 
 #include <stddef.h>
 
+#include "qmalloc_version.h" /* QMALLOC_VERSION_MAJOR, _MINOR, _PATCH and QM_VERSION */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define QM_VERSION "0.1.0"
+/* The version of the library the program runs with, "MAJOR.MINOR.PATCH"; QM_VERSION is the one
+ * it was compiled against. */
+const char *qm_version(void);
 
 /* The allocation family: glibc semantics wherever the C standard leaves room. */
 void *qm_malloc(size_t size);

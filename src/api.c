@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "freelist.h"
 #include "internal.h"
 #include "log.h"
 #include "os.h"
@@ -18,8 +19,8 @@ bool api_verify_sizes; /* check=2: sized frees verify the size against the page 
 static void *malloc_slow(size_t size);
 static void *malloc_sample_slow(size_t size);
 static void *malloc_tick(size_t size, tcache_list_t *list);
-static void free_slow(void *ptr);
-static void free_push_slow(void *ptr, unsigned cls);
+static void free_slow(void *ptr, unsigned expected);
+static void free_push_slow(void *ptr, tcache_list_t *list);
 
 /* ================================ the fast paths ============================================= */
 
@@ -27,29 +28,20 @@ static void free_push_slow(void *ptr, unsigned cls);
  * (initial-exec TLS) + cls * 16. Written out on x86-64 because the window's asm operands would
  * otherwise make GCC compute the thread-local address in four instructions instead of three
  * (one more per malloc and per free, measured with make fastpath). */
-QM_INLINE tcache_list_t *tcache_list_of(unsigned cls) {
+QM_INLINE tcache_list_t *tcache_list_at(size_t offset) {
 #if defined(__x86_64__)
-  uintptr_t at = (uintptr_t)cls * sizeof(tcache_list_t);
+  uintptr_t at = offset;
   __asm__("addq %%fs:0, %0\n\taddq tcache_self@gottpoff(%%rip), %0" : "+r"(at));
   return (tcache_list_t *)at;
 #else
-  return &tcache_self.lists[cls];
+  return (tcache_list_t *)((char *)tcache_self.lists + offset);
 #endif
 }
 
-/* The same list, given the cache's offset from the thread pointer (tcache_tls_offset), so that
- * malloc loads that offset once for the profiler's countdown and the list. */
-QM_INLINE tcache_list_t *tcache_list_at(unsigned cls, uintptr_t tls_offset) {
-#if defined(__x86_64__)
-  uintptr_t at = (uintptr_t)cls * sizeof(tcache_list_t);
-  __asm__("addq %%fs:0, %0" : "+r"(at));
-  return (tcache_list_t *)(at + tls_offset);
-#else
-  (void)tls_offset;
-  return &tcache_self.lists[cls];
-#endif
-}
+QM_INLINE tcache_list_t *tcache_list_of(unsigned cls) { return tcache_list_at((size_t)cls * sizeof(tcache_list_t)); }
 
+/* The cache's offset from the thread pointer, loaded once by malloc for the profiler's countdown
+ * and the list (tcache_list_from). */
 QM_INLINE uintptr_t tcache_tls_offset(void) {
 #if defined(__x86_64__)
   uintptr_t off;
@@ -57,6 +49,18 @@ QM_INLINE uintptr_t tcache_tls_offset(void) {
   return off;
 #else
   return 0;
+#endif
+}
+
+/* tcache_list_at, given the cache's offset from the thread pointer. */
+QM_INLINE tcache_list_t *tcache_list_from(size_t offset, uintptr_t tls_offset) {
+#if defined(__x86_64__)
+  uintptr_t at = offset;
+  __asm__("addq %%fs:0, %0" : "+r"(at));
+  return (tcache_list_t *)(at + tls_offset);
+#else
+  (void)tls_offset;
+  return (tcache_list_t *)((char *)tcache_self.lists + offset);
 #endif
 }
 
@@ -82,17 +86,18 @@ QM_INLINE bool prof_countdown_expired(size_t size, uintptr_t tls_offset) {
 /* malloc stays here when: size <= SMALL_MAX, this thread's list for its class is not due for its
  * tick, has an object above its floor (the low-water mark, types.h), and is not being taken back
  * by another thread (the window, tcache_window.h). (A thread whose cache is not set up yet, or is
- * exiting, has empty lists.) */
+ * exiting, has empty lists.) The object handed out must carry its free tag, which is cleared
+ * (freelist.h): a list whose link was overwritten stops the program here. */
 QM_INLINE void *malloc_cached(size_t size, uintptr_t tls_offset) {
   if (QM_LIKELY(size <= SMALL_MAX)) {
-    tcache_list_t *list = tcache_list_at(sizeclass_of(size), tls_offset);
+    tcache_list_t *list = tcache_list_from(sizeclass_list_offset_of(size), tls_offset);
     if (QM_UNLIKELY((int16_t)--list->tick < 0)) return malloc_tick(size, list);
     uint16_t before;
     /* The head is read before the pop's mark: a pop that gives up does not use it, and the
      * head-to-next chain starts earlier (malloc-test 3% faster, measured). */
     void *obj = list->head;
     if (QM_LIKELY(list_begin_pop(list, &before))) {
-      list->head = *(void **)obj;
+      list->head = freelist_take(obj);
       list_end_pop(list, (uint16_t)(before - 2)); /* one object fewer */
       return obj;
     }
@@ -111,39 +116,42 @@ QM_INLINE void *malloc_fast(size_t size) {
 }
 
 /* Pushes an object of class cls on this thread's list. Stays here when: the list is below its
- * maximum (0 for a thread not set up or exiting; a stopped list is above any) and its head is
- * not the same object (the cheapest double free to catch). Gives up before writing anything. */
+ * maximum (0 for a thread not set up or exiting, and for the 8-byte class; a stopped list is above
+ * any) and the object does not carry its free tag already (a double free, however delayed, and from
+ * whichever thread the first free came; or a slot never handed out). Gives up before writing. */
 QM_INLINE void free_push(void *ptr, unsigned cls) {
   tcache_list_t *list = tcache_list_of(cls);
   uint16_t count = __atomic_load_n(&list->count, __ATOMIC_RELAXED);
   void *head = list->head;
-  if (QM_LIKELY(count < list->max_count && head != ptr)) {
-    *(void **)ptr = head;
+  uintptr_t key = freelist_key(ptr);
+  if (QM_LIKELY(count < list->max_count && !freelist_tagged(ptr, key))) {
+    freelist_mark(ptr, head, key);
     __atomic_store_n(&list->head, ptr, __ATOMIC_RELEASE); /* the link first: a taker may follow it */
     list_end_push(list);
     return;
   }
-  free_push_slow(ptr, cls);
+  free_push_slow(ptr, list);
 }
 
 /* free stays here when: the page map says ptr is on a page of a small span, at an object
  * boundary (one multiply rejects interior pointers, foreign pointers and non-small pages alike:
- * class 0's magic is 0), and free_push stays on its fast path. NULL, large and invalid pointers
- * go to free_slow. */
-QM_INLINE void free_fast(void *ptr) {
+ * class 0's magic is 0), the class is `expected` if the caller named one (sized frees: the size
+ * must name the block's real class, one compare), and free_push stays on its fast path. NULL,
+ * large and invalid pointers go to free_slow. */
+QM_INLINE void free_fast(void *ptr, unsigned expected) {
   uintptr_t addr = (uintptr_t)ptr;
   pagemap_leaf_t *leaf = pagemap_leaf_of(addr);
   if (QM_LIKELY(leaf != NULL)) {
     uintptr_t entry = __atomic_load_n(&leaf->small[(addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], __ATOMIC_RELAXED);
     unsigned cls = entry & 0xff;
-    uint32_t offset = (uint32_t)(addr - (entry - cls)); /* from the span's first object */
+    uint32_t offset = (uint32_t)(addr + cls) - (uint32_t)entry; /* from the span's first object */
     uint64_t magic = sizeclass_magic[cls];
-    if (QM_LIKELY(offset * magic < magic)) {
+    if (QM_LIKELY(offset * magic < magic && (expected == 0 || cls == expected))) {
       free_push(ptr, cls);
       return;
     }
   }
-  free_slow(ptr);
+  free_slow(ptr, expected);
 }
 
 /* ================================ slow halves ================================================= */
@@ -199,6 +207,16 @@ static QM_NOINLINE void *malloc_sample_slow(size_t size) {
   return p;
 }
 
+/* Frees a large block; a sampled one tells the profiler first (the flag is cleared before the span
+ * header can be reused). */
+static void free_large(span_t *span, void *ptr) {
+  if (span->sampled) {
+    span->sampled = 0;
+    prof_forget(ptr);
+  }
+  pageheap_free(span);
+}
+
 /* What a pointer the program hands back is: its small class, or its large span. Stops the
  * program with one line if qmalloc did not hand it out. */
 typedef struct block_s {
@@ -206,7 +224,11 @@ typedef struct block_s {
   span_t *span;
 } block_t;
 
-static block_t block_of(void *ptr, const char *call) {
+static QM_NOINLINE QM_COLD __attribute__((noreturn)) void free_fail(void *ptr, const char *call);
+
+/* A small block that carries its free tag is not live: freeing it again is a double free, any
+ * other use (realloc, malloc_usable_size) names an invalid pointer. */
+static block_t block_of(void *ptr, const char *call, bool freeing) {
   uintptr_t addr = (uintptr_t)ptr;
   pagemap_leaf_t *leaf = pagemap_leaf_of(addr);
   if (leaf != NULL) {
@@ -214,7 +236,13 @@ static block_t block_of(void *ptr, const char *call) {
     uintptr_t entry = __atomic_load_n(&leaf->small[i], __ATOMIC_RELAXED);
     unsigned cls = entry & 0xff;
     if (cls != 0) {
-      if ((addr - (entry - cls)) % sizeclass_size[cls] == 0) return (block_t){cls, NULL};
+      if ((addr - (entry - cls)) % sizeclass_size[cls] == 0) {
+        if (sizeclass_size[cls] >= 16 && freelist_tagged(ptr, freelist_key(ptr))) {
+          if (freeing) check_fail_double_free(call, ptr);
+          check_fail_invalid(call, ptr);
+        }
+        return (block_t){cls, NULL};
+      }
     } else {
       span_t *span = __atomic_load_n(&leaf->spans[i], __ATOMIC_RELAXED);
       if (span != NULL && span->start == addr) {
@@ -224,36 +252,53 @@ static block_t block_of(void *ptr, const char *call) {
       }
     }
   }
-  check_fail_invalid(call, ptr);
+  free_fail(ptr, call);
 }
 
 static size_t block_usable(block_t b) {
   return b.cls ? sizeclass_size[b.cls] : (size_t)b.span->npages * PAGE_SIZE;
 }
 
-static QM_NOINLINE void free_push_slow(void *ptr, unsigned cls) {
-  if (QM_UNLIKELY(cls == 0)) { /* free_sized before any malloc: cannot be ours */
-    free_slow(ptr);
-    return;
-  }
+/* list: this thread's list of the object's class (its class is its index: the fast path need not
+ * keep the class in a register for this call). */
+static QM_NOINLINE void free_push_slow(void *ptr, tcache_list_t *list) {
+  if (freelist_tagged(ptr, freelist_key(ptr))) check_fail_double_free("free()", ptr);
+  unsigned cls = (unsigned)(list - tcache_self.lists);
   tcache_t *tc = tcache_open();
-  if (tc->lists[cls].head == ptr) check_fail_double_free("free()", ptr);
   tcache_free_slow(tc, ptr, cls);
   tcache_close(tc);
 }
 
-static QM_NOINLINE void free_slow(void *ptr) {
+/* A pointer that is not a live block start, explained: inside a free span of the page heap at a
+ * page boundary is a large block freed before (a double free); anything else is invalid. The page
+ * map has entries only at a free span's ends, so this walks back page by page to the span that
+ * contains ptr (error path only). */
+static QM_NOINLINE QM_COLD __attribute__((noreturn)) void free_fail(void *ptr, const char *call) {
+  uintptr_t addr = (uintptr_t)ptr;
+  if ((addr & PAGE_MASK) == 0) {
+    for (uintptr_t page = addr; page >= PAGE_SIZE && addr - page <= ((uintptr_t)UINT32_MAX << PAGE_SHIFT); page -= PAGE_SIZE) {
+      pagemap_leaf_t *leaf = pagemap_leaf_of(page);
+      if (leaf == NULL) break;
+      span_t *span = __atomic_load_n(&leaf->spans[(page >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], __ATOMIC_RELAXED);
+      if (span == NULL || span->start != page || pagemap_span(span->start) != span) continue;
+      bool inside = addr < span->start + (uintptr_t)span->npages * PAGE_SIZE;
+      if (inside && (span->state == SPAN_FREE_BACKED || span->state == SPAN_FREE_RELEASED)) check_fail_double_free(call, ptr);
+      break;
+    }
+  }
+  check_fail_invalid(call, ptr);
+}
+
+/* The free of a pointer free_fast could not handle: NULL, a large block, a sized free whose size
+ * names another class, or something qmalloc did not hand out. */
+static QM_NOINLINE void free_slow(void *ptr, unsigned expected) {
   if (ptr == NULL) return;
-  block_t b = block_of(ptr, "free()");
-  if (b.cls != 0) {
-    free_push(ptr, b.cls);
-    return;
-  }
-  if (b.span->sampled) { /* cleared first: the span header may be reused as soon as it is free */
-    b.span->sampled = 0;
-    prof_forget(ptr);
-  }
-  pageheap_free(b.span);
+  block_t b = block_of(ptr, expected ? "free_sized()" : "free()", true);
+  /* A sampled block is whole pages whatever its size: any small size may name it. */
+  bool sampled = b.cls == 0 && b.span->sampled;
+  if (expected != 0 && b.cls != expected && !sampled) check_fail_size("free_sized()", sizeclass_size[expected], ptr);
+  if (b.cls != 0) free_push(ptr, b.cls);
+  else free_large(b.span, ptr);
 }
 
 static void *calloc_impl(size_t count, size_t size) {
@@ -271,9 +316,13 @@ static void *calloc_impl(size_t count, size_t size) {
   return p;
 }
 
-/* alignment: a power of two. */
+/* alignment: a power of two. Up to 16, plain malloc of at least `alignment` bytes: every class is a
+ * multiple of 16 on page-aligned spans except the 8-byte one (min_align 8), which serves only
+ * requests of at most 8 bytes. (free_aligned_sized mirrors the rounding.) */
+static size_t aligned_small_size(size_t alignment, size_t size) { return size < alignment ? alignment : size; }
+
 static void *aligned_impl(size_t alignment, size_t size) {
-  if (alignment <= 16) return malloc_fast(size);
+  if (alignment <= 16) return malloc_fast(aligned_small_size(alignment, size));
   if (QM_UNLIKELY(!init_done)) init_process();
   unsigned cls = sizeclass_for_aligned(size, alignment);
   if (cls != 0) return alloc_class(cls);
@@ -283,30 +332,40 @@ static void *aligned_impl(size_t alignment, size_t size) {
 static void *realloc_impl(void *ptr, size_t size) {
   if (ptr == NULL) return malloc_fast(size);
   if (size == 0) { /* glibc: frees and returns NULL */
-    free_fast(ptr);
+    free_fast(ptr, 0);
     return NULL;
   }
-  block_t b = block_of(ptr, "realloc()");
+  block_t b = block_of(ptr, "realloc()", false);
   size_t old = block_usable(b);
   if (b.cls != 0) {
     /* In place only within the same class, so free_sized(ptr, size) still finds the class. */
     if (size <= SMALL_MAX && sizeclass_of(size) == b.cls) return ptr;
-  } else if (size > SMALL_MAX && size <= PTRDIFF_MAX && !b.span->sampled) { /* a sample moves */
+  } else if (size > SMALL_MAX && size <= PTRDIFF_MAX) {
     size_t npages = (size + PAGE_MASK) >> PAGE_SHIFT;
-    if (npages == b.span->npages) return ptr;
-    if (b.span->direct) {
+    void *same = NULL;
+    if (npages == b.span->npages) {
+      same = ptr;
+    } else if (b.span->direct) {
       if (npages * PAGE_SIZE >= (size_t)option(OPTION_RELEASE_LARGE)) {
         span_t *moved = pageheap_remap(b.span, npages); /* no copy: the kernel moves the pages */
-        if (moved) return (void *)moved->start;
+        if (moved) same = (void *)moved->start;
       }
     } else if (pageheap_resize_in_place(b.span, npages)) {
-      return ptr;
+      same = ptr;
+    }
+    if (same != NULL) {
+      if (b.span->sampled || (same != ptr && pagemap_span((uintptr_t)same)->sampled)) {
+        /* A sampled block resized without a copy stays sampled, with its new size and place. */
+        pagemap_span((uintptr_t)same)->sampled = 1;
+        prof_resized(ptr, same, size);
+      }
+      return same;
     }
   }
   void *fresh = malloc_fast(size);
   if (fresh == NULL) return NULL; /* the old block stays valid, as C requires */
   memcpy(fresh, ptr, old < size ? old : size);
-  free_fast(ptr);
+  free_fast(ptr, 0);
   return fresh;
 }
 
@@ -316,7 +375,7 @@ static bool is_power_of_two(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
 QM_EXPORT void *qm_malloc(size_t size) { return malloc_fast(size); }
 
-QM_EXPORT void qm_free(void *ptr) { free_fast(ptr); }
+QM_EXPORT void qm_free(void *ptr) { free_fast(ptr, 0); }
 
 QM_EXPORT void *qm_calloc(size_t count, size_t size) { return calloc_impl(count, size); }
 
@@ -372,30 +431,28 @@ QM_EXPORT void *qm_pvalloc(size_t size) {
 
 QM_EXPORT size_t qm_malloc_usable_size(void *ptr) {
   if (ptr == NULL) return 0;
-  return block_usable(block_of(ptr, "malloc_usable_size()"));
+  return block_usable(block_of(ptr, "malloc_usable_size()", false));
 }
 
-/* check=2: the size (and alignment) given to a sized free must fit the block and name its class;
- * otherwise the program stops: a wrong size would put the object on another class's list. */
+/* A sized free off the fast path: a block above SMALL_MAX, an alignment above 16, or check=2. The
+ * size must name the block: its size class, or for a large block its number of pages; otherwise the
+ * program stops (a wrong size would file the object under another class). */
 static QM_NOINLINE void free_sized_slow(void *ptr, size_t size, size_t alignment) {
   if (ptr == NULL) return;
-  if (api_verify_sizes) {
-    block_t b = block_of(ptr, "free_sized()");
-    unsigned expected = size > SMALL_MAX ? 0 : alignment > 16 ? sizeclass_for_aligned(size, alignment) : sizeclass_of(size);
-    if (size > block_usable(b) || (b.cls != 0 && expected != b.cls))
-      log_fatal("free_sized(): size %zu does not match the block %p", size, ptr);
-  }
-  free_fast(ptr);
+  block_t b = block_of(ptr, "free_sized()", true);
+  unsigned expected = size > SMALL_MAX ? 0 : alignment > 16 ? sizeclass_for_aligned(size, alignment) : sizeclass_of(size);
+  size_t pages = size ? (size + PAGE_MASK) >> PAGE_SHIFT : 1; /* as alloc_large rounds */
+  bool named = b.cls != 0 ? expected == b.cls : (expected == 0 || b.span->sampled) && pages == b.span->npages;
+  if (!named) check_fail_size("free_sized()", size, ptr);
+  if (b.cls != 0) free_push(ptr, b.cls);
+  else free_large(b.span, ptr);
 }
 
-/* free_sized and sized delete: the size names the class, but a block the heap profiler sampled
- * is whole pages whatever its size, so once the process has sampled anything the page map decides
- * (free_fast); before (or with sampling off from the start) the size is trusted and the page map
- * not read. Sizes above SMALL_MAX go the ordinary way. */
+/* free_sized and sized delete: the size names the class, and the page map's class must be that one
+ * (one compare more than free()). Sizes above SMALL_MAX go the slow way, checked as well. */
 QM_EXPORT void qm_free_sized(void *ptr, size_t size) {
-  if (QM_LIKELY(size <= SMALL_MAX && ptr != NULL && !api_verify_sizes)) {
-    if (prof_sampled_any) free_fast(ptr);
-    else free_push(ptr, sizeclass_of(size));
+  if (QM_LIKELY(size <= SMALL_MAX && !api_verify_sizes)) {
+    free_fast(ptr, sizeclass_of(size));
     return;
   }
   free_sized_slow(ptr, size, 0);
@@ -403,12 +460,10 @@ QM_EXPORT void qm_free_sized(void *ptr, size_t size) {
 
 QM_EXPORT void qm_free_aligned_sized(void *ptr, size_t alignment, size_t size) {
   if (alignment <= 16) {
-    qm_free_sized(ptr, size);
+    qm_free_sized(ptr, aligned_small_size(alignment, size));
     return;
   }
-  unsigned cls = sizeclass_for_aligned(size, alignment);
-  if (cls != 0 && ptr != NULL && !api_verify_sizes) free_push(ptr, cls); /* aligned blocks are never sampled */
-  else free_sized_slow(ptr, size, alignment);
+  free_sized_slow(ptr, size, alignment);
 }
 
 QM_EXPORT int qm_trim(size_t pad) {

@@ -1,10 +1,14 @@
 /* Central free lists: per size class, a transfer cache of whole batches (so a batch freed by one
  * thread moves to another in O(1)) and the spans of that class with objects to hand out.
- * Objects leave a span lazily (a bump offset), so a fresh span is touched only as it is used.
+ * A new span is carved whole: every slot is linked into the span's free list with its free tag
+ * (freelist.h), so that a free() of a slot never handed out finds it free, as a double free would.
+ * This touches the first 16 bytes of each object once: all of a one-page span, one page per object
+ * of the large classes (whose spans hold one to a few objects).
  * A span whose objects are all back goes to the page heap at once.
  * Does not: cache anything per thread (tcache.c), or know where spans come from (pageheap.c).
  * Lock: central_lists[cls].lock, one per class; the page heap lock is only taken with it
  * released. Callers: tcache.c (refill, flush, garbage collection), api.c (trim). */
+#include "freelist.h"
 #include "internal.h"
 
 central_t central_lists[SIZECLASS_COUNT];
@@ -37,17 +41,35 @@ static void central_nonempty_remove(central_t *c, span_t *span) {
   if (span->next) span->next->prev = span->prev;
 }
 
-static bool central_span_exhausted(span_t *span, uint32_t size) {
-  return span->u.small.freelist == NULL &&
-         (size_t)span->u.small.bump + size > (size_t)span->npages * PAGE_SIZE;
+/* Objects of fewer than 16 bytes have no room for a free tag (freelist.h): plain links. */
+static bool central_tagged(unsigned cls) { return sizeclass_size[cls] >= 16; }
+
+static void *central_next(unsigned cls, const void *obj) {
+  return central_tagged(cls) ? freelist_next(obj) : *(void *const *)obj;
+}
+
+static void central_link(unsigned cls, void *obj, void *next) {
+  if (central_tagged(cls)) freelist_mark(obj, next, freelist_key(obj));
+  else *(void **)obj = next;
+}
+
+/* Links every slot of a new span into its free list, first slot first out. */
+static void central_carve(span_t *span, unsigned cls) {
+  uint32_t size = sizeclass_size[cls], n = central_span_objects(cls);
+  void *next = NULL;
+  for (uint32_t i = n; i-- > 0;) {
+    void *obj = (void *)(span->start + (uintptr_t)i * size);
+    central_link(cls, obj, next);
+    next = obj;
+  }
+  span->u.small.freelist = next;
 }
 
 /* ---- handing objects out ------------------------------------------------------------------ */
 
 unsigned central_remove(unsigned cls, void **head, unsigned want) {
   central_t *c = &central_lists[cls];
-  uint32_t size = sizeclass_size[cls];
-  void *first = NULL, **link = &first;
+  void *first = NULL, *last = NULL;
   unsigned got = 0;
   pthread_mutex_lock(&c->lock);
   if (want == c->batch && c->transfer_count > 0) {
@@ -61,31 +83,30 @@ unsigned central_remove(unsigned cls, void **head, unsigned want) {
     if (span == NULL) {
       pthread_mutex_unlock(&c->lock);
       span = pageheap_alloc(sizeclass_pages[cls], 1, cls, NULL);
+      if (span != NULL) central_carve(span, cls);
       pthread_mutex_lock(&c->lock);
       if (span == NULL) break;
-      span->u.small.freelist = NULL;
-      span->u.small.bump = 0;
       span->u.small.allocated = 0;
       c->spans_in_use++;
       c->free_in_spans += central_span_objects(cls);
       central_nonempty_push(c, span);
     }
-    while (got < want && !central_span_exhausted(span, size)) {
-      void *obj = span->u.small.freelist;
-      if (obj != NULL) {
-        span->u.small.freelist = *(void **)obj;
-      } else {
-        obj = (void *)(span->start + span->u.small.bump);
-        span->u.small.bump += size;
-      }
+    /* Take the span's list from its head: the objects keep their tags and links (the chain handed
+     * out is a free list too); only the last one taken is cut from the rest. */
+    void *obj = span->u.small.freelist, *prev = NULL;
+    if (first == NULL) first = obj;
+    else central_link(cls, last, obj);
+    while (got < want && obj != NULL) {
       span->u.small.allocated++;
-      *link = obj;
-      link = (void **)obj;
       got++;
+      prev = obj;
+      obj = central_next(cls, obj);
     }
-    if (central_span_exhausted(span, size)) central_nonempty_remove(c, span);
+    last = prev;
+    span->u.small.freelist = obj;
+    if (obj == NULL) central_nonempty_remove(c, span);
   }
-  *link = NULL;
+  if (last != NULL) central_link(cls, last, NULL);
   c->free_in_spans -= got;
   pthread_mutex_unlock(&c->lock);
   *head = first;
@@ -97,16 +118,15 @@ unsigned central_remove(unsigned cls, void **head, unsigned want) {
 /* Returns a chain of objects to their spans; spans left with nothing out are chained (through
  * next) into *emptied for the caller to give to the page heap after unlocking. Requires c->lock. */
 static void central_insert_spans(central_t *c, unsigned cls, void *chain, span_t **emptied) {
-  uint32_t size = sizeclass_size[cls];
   while (chain != NULL) {
     void *obj = chain;
-    chain = *(void **)obj;
+    chain = central_next(cls, obj);
     span_t *span = pagemap_span((uintptr_t)obj);
     if (span == NULL || span->state != SPAN_SMALL || span->sizeclass != cls)
       check_fail("free(): heap corruption (object in the wrong list)", obj);
     if (span->u.small.allocated == 0) check_fail_double_free("free()", obj);
-    if (central_span_exhausted(span, size)) central_nonempty_push(c, span);
-    *(void **)obj = span->u.small.freelist;
+    if (span->u.small.freelist == NULL) central_nonempty_push(c, span);
+    central_link(cls, obj, span->u.small.freelist);
     span->u.small.freelist = obj;
     span->u.small.allocated--;
     c->free_in_spans++;

@@ -1,11 +1,42 @@
-/* Fatal errors on bad input: one line on stderr naming the call and the address, then abort()
- * (log_fatal writes it from a stack buffer: the heap may be the thing that is broken).
- * Callers: api.c (invalid pointers), central.c and pageheap.c (double frees found on the way). */
+/* Checks on what programs hand back, and the one-line fatal errors: one line on stderr naming the
+ * call and the address, then abort() (log_fatal writes it from a stack buffer: the heap may be the
+ * thing that is broken). Also owns the per-process secret of the free tags and links (freelist.h).
+ * Callers: api.c (invalid and double frees, sized-free mismatches), tcache.c and central.c
+ * (corrupted lists, double frees found on the way), pageheap.c (large double frees), init.c. */
+#include <errno.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "freelist.h"
 #include "internal.h"
 #include "log.h"
+
+uintptr_t freelist_secret;
+
+void check_init(void) {
+  int saved = errno;
+  uintptr_t s = 0;
+  if (getrandom(&s, sizeof s, GRND_NONBLOCK) != (ssize_t)sizeof s) {
+    /* No entropy yet (very early boot) or no getrandom: mix what differs between runs. */
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    s = ((uintptr_t)&s * 0x9E3779B97F4A7C15ull) ^ ((uintptr_t)ts.tv_nsec << 20) ^ (uintptr_t)getpid();
+  }
+  errno = saved;
+  /* Bit 63 set: keys of user-space objects are negative, so a link overwritten with a user-space
+   * address decodes negative (freelist_take). Bit 0 set: a zeroed word is never a tag. */
+  freelist_secret = s | 1 | ((uintptr_t)1 << 63);
+}
 
 void check_fail_invalid(const char *call, const void *ptr) { log_fatal("%s: invalid pointer %p", call, ptr); }
 
 void check_fail_double_free(const char *call, const void *ptr) { log_fatal("%s: double free %p", call, ptr); }
+
+void check_fail_corrupted(const void *obj) { log_fatal("malloc(): corrupted free list (a write after free?) at %p", obj); }
+
+void check_fail_size(const char *call, size_t size, const void *ptr) {
+  log_fatal("%s: size %zu does not match the block %p", call, size, ptr);
+}
 
 void check_fail(const char *what, const void *ptr) { log_fatal("%s %p", what, ptr); }

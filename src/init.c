@@ -35,6 +35,7 @@ void init_process(void) {
   if (!init_done) {
     /* Nothing here may allocate: this runs inside the first malloc. */
     options_init();
+    check_init(); /* the free tags' secret, before the first object exists */
     sizeclass_init((unsigned)option(OPTION_MIN_ALIGN), (unsigned)option(OPTION_TRANSFER_BATCH));
     api_verify_sizes = option(OPTION_CHECK) >= 2;
     central_init();

@@ -17,14 +17,17 @@
 
 /* ---- sizeclass.c: read-only after sizeclass_init ---- */
 #define SIZECLASS_LOOKUP_SLOTS (SMALL_MAX / 8 + 1)
-extern uint8_t sizeclass_lookup[SIZECLASS_LOOKUP_SLOTS];
+/* class << 4: the byte offset of the class's list in tcache_t.lists (16-byte lists, types.h) */
+#define SIZECLASS_LOOKUP_SHIFT 4
+extern uint16_t sizeclass_lookup[SIZECLASS_LOOKUP_SLOTS];
 extern uint32_t sizeclass_size[SIZECLASS_COUNT];
 extern uint8_t sizeclass_pages[SIZECLASS_COUNT];
 extern uint64_t sizeclass_magic[SIZECLASS_COUNT];
 extern uint16_t sizeclass_batch[SIZECLASS_COUNT];
 /* Requires n <= SMALL_MAX. */
 QM_INLINE size_t sizeclass_slot(size_t n) { return (n + 7) >> 3; }
-QM_INLINE unsigned sizeclass_of(size_t n) { return sizeclass_lookup[sizeclass_slot(n)]; }
+QM_INLINE unsigned sizeclass_of(size_t n) { return sizeclass_lookup[sizeclass_slot(n)] >> SIZECLASS_LOOKUP_SHIFT; }
+QM_INLINE size_t sizeclass_list_offset_of(size_t n) { return sizeclass_lookup[sizeclass_slot(n)]; }
 /* Fills batches and divisibility constants; patches the tiny slots for min_align 8 or 16. */
 void sizeclass_init(unsigned min_align, unsigned batch_max);
 /* The smallest class that can hold `size` bytes at an `alignment`-aligned address, or 0. */
@@ -43,6 +46,7 @@ span_t *pagemap_span(uintptr_t addr);
 /* Maps the leaves covering [start, start + npages pages); false if out of range or no memory. */
 bool pagemap_ensure(uintptr_t start, size_t npages);
 void pagemap_set_ends(span_t *span);   /* first and last page -> span (small entry 0) */
+void pagemap_set_page(uintptr_t addr, span_t *span); /* one page -> span (small entry 0) */
 void pagemap_clear_ends(span_t *span);
 void pagemap_set_small(span_t *span);  /* every page -> span, with class and index */
 void pagemap_clear_small(span_t *span);
@@ -60,18 +64,20 @@ span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, bo
 void pageheap_free(span_t *span);
 /* Resizes a large span in place (shrinks, or grows into a free right neighbour); true if done. */
 bool pageheap_resize_in_place(span_t *span, size_t new_npages);
-/* Huge blocks (>= release_large) are direct mappings; this grows or shrinks one with mremap. */
+/* Huge blocks (>= release_large) are direct mappings; this grows or shrinks one with mremap, under
+ * the lock (see pageheap.c). NULL if impossible; the block is then unchanged. */
 span_t *pageheap_remap(span_t *span, size_t new_npages);
 /* Runs the decay if a backed span is due (cheap check without the lock otherwise). */
 void pageheap_maybe_decay(uint64_t now);
-/* Releases every free backed page to the OS; returns the bytes released. */
+/* Releases every free backed page to the OS, and unmaps free runs of at least a chunk; returns the
+ * bytes released or unmapped. */
 size_t pageheap_release_all(void);
 void pageheap_lock_for_fork(void);
 void pageheap_unlock_after_fork(bool child);
 typedef struct pageheap_stats_s {
   size_t free_backed_bytes, free_released_bytes, small_span_bytes, large_bytes, direct_bytes;
   size_t free_spans, direct_blocks;
-  uint64_t release_calls, released_bytes_total;
+  uint64_t release_calls, released_bytes_total, release_failures, unmap_failures, unmapped_bytes_total;
 } pageheap_stats_t;
 void pageheap_stats(pageheap_stats_t *out);
 
@@ -154,8 +160,11 @@ extern bool init_done;
 /* Idempotent; safe to call from any thread at any time, including before main. */
 void init_process(void);
 
-/* ---- check.c: the one-line fatal errors ---- */
+/* ---- check.c: the secret of the free tags (freelist.h), and the one-line fatal errors ---- */
+void check_init(void); /* draws the secret; before any object exists (init_process) */
 __attribute__((noreturn)) QM_COLD void check_fail_invalid(const char *call, const void *ptr);
+/* A sized free (free_sized, sized delete) whose size does not name the block's size class. */
+__attribute__((noreturn)) QM_COLD void check_fail_size(const char *call, size_t size, const void *ptr);
 __attribute__((noreturn)) QM_COLD void check_fail_double_free(const char *call, const void *ptr);
 __attribute__((noreturn)) QM_COLD void check_fail(const char *what, const void *ptr);
 
@@ -172,6 +181,7 @@ typedef struct stats_snapshot_s {
   size_t small_in_use, large_in_use, huge_in_use, huge_blocks, free_spans, threads;
   intptr_t unclaimed_budget;
   uint64_t refills, flushes, gc_runs, idle_reclaims, idle_reclaimed_bytes, release_calls, released_bytes_total;
+  uint64_t release_failures, unmapped_bytes_total, unmap_failures;
   uint64_t prof_sample_rate, prof_samples, prof_live_samples, prof_live_bytes; /* prof.c */
   size_t class_in_use[SIZECLASS_COUNT], class_free[SIZECLASS_COUNT], class_spans[SIZECLASS_COUNT];
   tcache_thread_stats_t thread[STATS_THREADS_SHOWN]; /* the first live caches (threads counts all) */

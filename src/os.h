@@ -1,7 +1,8 @@
 /* The OS contract. os_linux.c is the only file that makes memory system calls.
  * - Addresses and sizes passed in and out are multiples of PAGE_SIZE.
- * - Functions that can fail return NULL/false and leave errno as the kernel set it; none aborts.
- * - Policy (when to release, accounting) stays above this layer. */
+ * - Functions that can fail return NULL/false; none aborts, and none changes errno (a free() that
+ *   unmaps must leave the program's errno alone, POSIX.1-2024).
+ * - Policy (when to release, accounting, what to do when a call fails) stays above this layer. */
 #ifndef QM_OS_H
 #define QM_OS_H
 
@@ -12,16 +13,47 @@
 /* The kernel's page size (4 KiB on x86-64, up to 64 KiB on aarch64): what mmap aligns to, and
  * what valloc and pvalloc mean by a page. */
 size_t os_page_size(void);
+
+/* How a mapping is charged against the kernel's overcommit policy. */
+typedef enum {
+  OS_COMMIT,  /* memory the program will use: checked by the kernel's overcommit policy, so an
+               * impossible request (malloc(1 TiB) on a 23 GiB machine) fails here, as glibc's does */
+  OS_SPARSE   /* metadata touched only where memory is (page-map leaves): MAP_NORESERVE */
+} os_map_kind_t;
+
+/* Inaccessible pages kept next to a mapping: an overflow off its end faults instead of running into
+ * whatever the kernel put there. */
+typedef enum {
+  OS_GUARD_NONE,
+  OS_GUARD_AFTER,  /* page-heap chunks: one guard after (their spans sit side by side inside) */
+  OS_GUARD_AROUND  /* huge blocks: one before and one after */
+} os_guard_t;
+
+/* Bytes of one guard: a qmalloc page, or the kernel's page if that is larger (a guard must be a
+ * whole kernel page to be protected on its own). A multiple of PAGE_SIZE. */
+size_t os_guard_size(void);
 /* Maps `size` bytes of zeroed, readable and writable memory aligned to `alignment` (a power of
- * two, at least PAGE_SIZE). */
-void *os_map(size_t size, size_t alignment);
-void os_unmap(void *addr, size_t size);
-/* Gives the pages back to the OS; their contents become zero; the range stays mapped. */
+ * two, at least PAGE_SIZE), with the guards asked for (PROT_NONE, not counted as mapped); only
+ * `size` bytes and the guards stay mapped. NULL if the kernel refused. */
+void *os_map(size_t size, size_t alignment, os_map_kind_t kind, os_guard_t guard);
+/* Unmaps a mapping made with guards, guards included. */
+bool os_unmap_guarded(void *addr, size_t size, os_guard_t guard);
+/* Unmaps a guard (addr, os_guard_size() bytes), not counted as mapped. */
+bool os_unmap_guard(void *addr);
+/* Turns the first os_guard_size() bytes at addr, part of a mapping of ours, into a guard. */
+bool os_protect_guard(void *addr);
+/* Unmaps; false if the kernel refused (e.g. the map-count limit: unmapping part of a merged
+ * mapping splits it), in which case the range is still mapped and still the caller's. */
+bool os_unmap(void *addr, size_t size);
+/* Gives the pages back to the OS: true only if the kernel dropped them, so that they read as zero
+ * on the next touch. False (mlock'ed memory, for one) leaves their contents as they were. */
 bool os_release(void *addr, size_t size);
-/* Grows or shrinks a mapping, moving it if needed (mremap); NULL if impossible. */
-void *os_remap(void *addr, size_t old_size, size_t new_size);
-/* Moves a mapping back to a given address (undo of os_remap); false if impossible. */
-bool os_remap_fixed(void *addr, size_t old_size, size_t new_size, void *target);
+/* Resizes a mapping in place (mremap without moving); false if impossible. */
+bool os_resize(void *addr, size_t old_size, size_t new_size);
+/* Moves a mapping onto `target`, a mapping of at least new_size bytes that the caller owns and
+ * gives up (mremap MREMAP_FIXED replaces it); the old range is unmapped. False if impossible, and
+ * then both ranges are as they were. */
+bool os_move(void *addr, size_t old_size, size_t new_size, void *target);
 /* Registers the process for membarrier(2)'s expedited private barrier; false if the kernel (or a
  * seccomp filter, or valgrind) does not offer it. */
 bool os_membarrier_init(void);

@@ -1,7 +1,13 @@
 /* Linux implementation of os.h: mmap, munmap, madvise, mremap, membarrier, clock_gettime.
  * Release uses MADV_DONTNEED, not MADV_FREE: DONTNEED drops the pages from RSS at once and
  * guarantees zeroes on the next touch, so the RSS a user measures is what the heap really holds
- * and released spans can serve calloc without memset; MADV_FREE defers both to memory pressure. */
+ * and released spans can serve calloc without memset; MADV_FREE defers both to memory pressure.
+ * MAP_NORESERVE only for OS_SPARSE metadata: memory handed to the program is mapped the ordinary
+ * way, so the kernel's overcommit policy sees it and refuses what cannot be had (heuristic mode
+ * refuses a single mapping larger than RAM + swap; strict mode charges what is mapped), as it does
+ * for glibc. Alignment slack is reserved PROT_NONE + MAP_NORESERVE (no commit charge) and the
+ * aligned part mapped over it, so a huge alignment costs address space only while mapping.
+ * Every function keeps errno. */
 #include <errno.h>
 #include <linux/membarrier.h>
 #include <sys/mman.h>
@@ -18,27 +24,79 @@ size_t os_page_size(void) {
   return cached;
 }
 
-void *os_map(size_t size, size_t alignment) {
-  int saved = errno;
-  /* mmap aligns only to the kernel's page; reserve enough to move the start up to `alignment`
-   * (qmalloc's 8 KiB pages are already twice x86-64's) and unmap what is left at both ends. */
-  size_t kernel_page = os_page_size();
-  size_t reserve = size + (alignment > kernel_page ? alignment - kernel_page : 0);
-  if (reserve < size) return NULL;
-  char *p = mmap(NULL, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) return NULL;
-  errno = saved;
-  uintptr_t aligned = ((uintptr_t)p + alignment - 1) & ~(uintptr_t)(alignment - 1);
-  if (aligned > (uintptr_t)p) munmap(p, aligned - (uintptr_t)p);
-  uintptr_t end = (uintptr_t)p + reserve, used_end = aligned + size;
-  if (end > used_end) munmap((void *)used_end, end - used_end);
-  stats_mapped_add((intptr_t)size);
-  return (void *)aligned;
+static int os_flags(os_map_kind_t kind) {
+  return MAP_PRIVATE | MAP_ANONYMOUS | (kind == OS_SPARSE ? MAP_NORESERVE : 0);
 }
 
-void os_unmap(void *addr, size_t size) {
-  munmap(addr, size);
-  stats_mapped_add(-(intptr_t)size);
+size_t os_guard_size(void) {
+  size_t kernel_page = os_page_size();
+  return kernel_page > PAGE_SIZE ? kernel_page : PAGE_SIZE;
+}
+
+void *os_map(size_t size, size_t alignment, os_map_kind_t kind, os_guard_t guard) {
+  int saved = errno;
+  char *result = NULL;
+  size_t kernel_page = os_page_size();
+  size_t before = guard == OS_GUARD_AROUND ? os_guard_size() : 0, after = guard != OS_GUARD_NONE ? os_guard_size() : 0;
+  if (alignment <= kernel_page && guard == OS_GUARD_NONE) {
+    char *p = mmap(NULL, size, PROT_READ | PROT_WRITE, os_flags(kind), -1, 0);
+    if (p != MAP_FAILED) result = p;
+  } else {
+    /* Reserve enough to move the start up to `alignment` with the guards on both sides, map the
+     * aligned part over the reservation (the guards stay reserved PROT_NONE), and give back the
+     * slack at both ends. */
+    size_t slack = alignment > kernel_page ? alignment - kernel_page : 0;
+    size_t reserve = before + size + after + slack;
+    char *r = reserve < size ? MAP_FAILED : mmap(NULL, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r != MAP_FAILED) {
+      uintptr_t aligned = ((uintptr_t)r + before + alignment - 1) & ~(uintptr_t)(alignment - 1);
+      char *p = mmap((void *)aligned, size, PROT_READ | PROT_WRITE, os_flags(kind) | MAP_FIXED, -1, 0);
+      uintptr_t keep_start = aligned - before, end = (uintptr_t)r + reserve, keep_end = aligned + size + after;
+      bool trimmed = (keep_start == (uintptr_t)r || munmap(r, keep_start - (uintptr_t)r) == 0) &&
+                     (end == keep_end || munmap((void *)keep_end, end - keep_end) == 0);
+      if (p != MAP_FAILED && trimmed) {
+        result = p;
+      } else if (munmap(r, reserve) != 0) {
+        /* Neither the mapping nor its slack could be given back (map-count limit): the range
+         * stays reserved, counted as mapped so that the statistics say where it went. */
+        stats_mapped_add((intptr_t)reserve);
+      }
+    }
+  }
+  errno = saved;
+  if (result != NULL) stats_mapped_add((intptr_t)size);
+  return result;
+}
+
+bool os_unmap_guarded(void *addr, size_t size, os_guard_t guard) {
+  size_t before = guard == OS_GUARD_AROUND ? os_guard_size() : 0, after = guard != OS_GUARD_NONE ? os_guard_size() : 0;
+  int saved = errno;
+  bool ok = munmap((char *)addr - before, before + size + after) == 0;
+  errno = saved;
+  if (ok) stats_mapped_add(-(intptr_t)size);
+  return ok;
+}
+
+bool os_unmap_guard(void *addr) {
+  int saved = errno;
+  bool ok = munmap(addr, os_guard_size()) == 0;
+  errno = saved;
+  return ok;
+}
+
+bool os_protect_guard(void *addr) {
+  int saved = errno;
+  bool ok = mprotect(addr, os_guard_size(), PROT_NONE) == 0;
+  errno = saved;
+  return ok;
+}
+
+bool os_unmap(void *addr, size_t size) {
+  int saved = errno;
+  bool ok = munmap(addr, size) == 0;
+  errno = saved;
+  if (ok) stats_mapped_add(-(intptr_t)size);
+  return ok;
 }
 
 bool os_release(void *addr, size_t size) {
@@ -48,22 +106,20 @@ bool os_release(void *addr, size_t size) {
   return ok;
 }
 
-void *os_remap(void *addr, size_t old_size, size_t new_size) {
+bool os_resize(void *addr, size_t old_size, size_t new_size) {
   int saved = errno;
-  void *p = mremap(addr, old_size, new_size, MREMAP_MAYMOVE);
+  bool ok = mremap(addr, old_size, new_size, 0) != MAP_FAILED;
   errno = saved;
-  if (p == MAP_FAILED) return NULL;
-  stats_mapped_add((intptr_t)new_size - (intptr_t)old_size);
-  return p;
+  if (ok) stats_mapped_add((intptr_t)new_size - (intptr_t)old_size);
+  return ok;
 }
 
-bool os_remap_fixed(void *addr, size_t old_size, size_t new_size, void *target) {
+bool os_move(void *addr, size_t old_size, size_t new_size, void *target) {
   int saved = errno;
-  void *p = mremap(addr, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+  bool ok = mremap(addr, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target) != MAP_FAILED;
   errno = saved;
-  if (p == MAP_FAILED) return false;
-  stats_mapped_add((intptr_t)new_size - (intptr_t)old_size);
-  return true;
+  if (ok) stats_mapped_add(-(intptr_t)old_size); /* target was counted when it was mapped */
+  return ok;
 }
 
 bool os_membarrier_init(void) {

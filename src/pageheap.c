@@ -2,9 +2,13 @@
  * Owns: free spans, kept by length in exact lists (1..PAGEHEAP_EXACT_LISTS pages) plus one list
  * for longer spans, in two sets: backed (may be resident) and released (returned to the OS);
  * coalescing of free neighbours of the same set; the decay that releases backed spans nobody
- * reused within decay_ms, and the retain_max cap; huge blocks as mappings of their own.
+ * reused within decay_ms, and the retain_max cap; huge blocks as mappings of their own; giving
+ * address space back (whole free spans unmapped on malloc_trim and when a mapping is refused).
  * Does not: know about size classes beyond writing the page map for small spans.
- * Lock: pageheap.lock protects everything here, span headers (span.c) and page-map writes.
+ * Lock: pageheap.lock protects everything here, span headers (span.c) and page-map writes. Every
+ * change to a mapping that the page map describes (mremap, munmap of a range qmalloc registered)
+ * happens with the lock held, or after the range left the page map: otherwise another thread could
+ * map the same addresses, register them, and have its entries erased by ours.
  * Callers: central.c (small spans), api.c (large objects), stats.c, init.c (fork). */
 #include <string.h>
 
@@ -27,8 +31,20 @@ static struct {
   size_t small_span_bytes, large_bytes, direct_bytes, direct_blocks;
   size_t free_spans;
   uint64_t release_calls, released_bytes_total;
+  uint64_t release_failures, unmap_failures; /* calls the kernel refused (the memory was kept) */
+  uint64_t unmapped_bytes_total;             /* address space of free spans given back */
   uint64_t next_decay_ms;  /* no backed span is due for release before this time */
 } pageheap = {.lock = PTHREAD_MUTEX_INITIALIZER, .next_decay_ms = UINT64_MAX};
+
+/* The page-map entry of every page of a chunk's guard (SPAN_GUARD): never free, so no span
+ * coalesces across it, and pageheap_unmap_free knows to unmap it with the span before it. */
+static span_t pageheap_guard = {.state = SPAN_GUARD};
+
+/* Points the page-map entries of the guard at `at` to `guard` (NULL: clears them). Requires the
+ * lock and the page-map leaves. */
+static void pageheap_set_guard(uintptr_t at, span_t *guard) {
+  for (size_t i = 0; i < os_guard_size() / PAGE_SIZE; i++) pagemap_set_page(at + i * PAGE_SIZE, guard);
+}
 
 /* ---- free sets --------------------------------------------------------------------------- */
 
@@ -134,14 +150,23 @@ static bool pageheap_carve(span_t *span, size_t npages) {
 
 /* ---- release to the OS --------------------------------------------------------------------- */
 
-static void pageheap_release_span(span_t *span) {
+/* Releases one backed span. A span is released (and so known to read as zero, which calloc
+ * trusts) only if the kernel dropped its pages; if it refused (mlock'ed memory), the span goes back
+ * to the backed set as the newest, so that the decay does not try it again at once. */
+static bool pageheap_release_span(span_t *span, uint64_t now) {
   pageheap_remove(span);
   size_t bytes = span->npages * PAGE_SIZE;
-  os_release((void *)span->start, bytes);
+  if (!os_release((void *)span->start, bytes)) {
+    pageheap.release_failures++;
+    span->freed_ms = now;
+    pageheap_insert(span); /* as it was: its neighbours did not change */
+    return false;
+  }
   pageheap.release_calls++;
   pageheap.released_bytes_total += bytes;
   span->state = SPAN_FREE_RELEASED;
   pageheap_insert_coalesced(span);
+  return true;
 }
 
 /* Releases backed spans free for longer than decay_ms, then the oldest until at most retain_max
@@ -150,9 +175,14 @@ static void pageheap_decay(uint64_t now) {
   uint64_t decay = (uint64_t)option(OPTION_DECAY_MS);
   size_t retain = (size_t)option(OPTION_RETAIN_MAX);
   span_t *s;
-  while ((s = pageheap.oldest) != NULL &&
-         (s->freed_ms + decay <= now || pageheap.backed.bytes > retain))
-    pageheap_release_span(s);
+  while ((s = pageheap.oldest) != NULL && (s->freed_ms + decay <= now || pageheap.backed.bytes > retain)) {
+    if (!pageheap_release_span(s, now)) {
+      /* The kernel keeps refusing (mlockall): try again one decay interval (at least 1 s) later
+       * rather than on every entry, and keep the memory (it stays backed and correct). */
+      pageheap.next_decay_ms = now + (decay > 1000 ? decay : 1000);
+      return;
+    }
+  }
   pageheap.next_decay_ms = pageheap.oldest ? pageheap.oldest->freed_ms + decay : UINT64_MAX;
 }
 
@@ -163,69 +193,130 @@ void pageheap_maybe_decay(uint64_t now) {
   pthread_mutex_unlock(&pageheap.lock);
 }
 
+/* Unmaps free spans, giving their address space back: released ones of at least min_pages pages,
+ * and backed ones too if `backed_too` (address space is short). A span the kernel refuses to unmap
+ * stays free and in place. Requires the lock. Returns the bytes unmapped. */
+static size_t pageheap_unmap_free(size_t min_pages, bool backed_too) {
+  size_t unmapped = 0;
+  for (int pass = 0; pass < (backed_too ? 2 : 1); pass++) {
+    free_set_t *set = pass == 0 ? &pageheap.released : &pageheap.backed;
+    for (size_t i = pageheap_list_index(min_pages); i < PAGEHEAP_LISTS; i++) {
+      span_t *next;
+      for (span_t *s = set->lists[i]; s != NULL; s = next) {
+        next = s->next;
+        if (s->npages < min_pages) continue;
+        size_t bytes = s->npages * PAGE_SIZE;
+        pageheap_remove(s);
+        pagemap_clear_ends(s);
+        uintptr_t end = s->start + bytes;
+        if (os_unmap((void *)s->start, bytes)) {
+          /* The chunk's guard goes with the last of its pages: the hole left behind faults too. */
+          if (pagemap_span(end) == &pageheap_guard && os_unmap_guard((void *)end)) pageheap_set_guard(end, NULL);
+          span_delete(s);
+          unmapped += bytes;
+        } else {
+          pageheap_insert(s); /* the map-count limit: keep it for reuse */
+        }
+      }
+    }
+  }
+  pageheap.unmapped_bytes_total += unmapped;
+  return unmapped;
+}
+
 size_t pageheap_release_all(void) {
   pthread_mutex_lock(&pageheap.lock);
   size_t before = pageheap.released_bytes_total;
-  while (pageheap.oldest != NULL) pageheap_release_span(pageheap.oldest);
-  pageheap.next_decay_ms = UINT64_MAX;
+  uint64_t now = os_now_ms();
+  /* Each backed span once: one the kernel refuses moves to the newest end and is not retried. */
+  for (size_t n = pageheap.free_spans; n > 0 && pageheap.oldest != NULL; n--) pageheap_release_span(pageheap.oldest, now);
+  uint64_t decay = (uint64_t)option(OPTION_DECAY_MS);
+  pageheap.next_decay_ms = pageheap.oldest ? pageheap.oldest->freed_ms + decay : UINT64_MAX;
   size_t released = pageheap.released_bytes_total - before;
+  /* And the address space of whole free regions: a program that peaked under RLIMIT_AS and shrank
+   * can map again (glibc's trim gives back its top chunk the same way). Free runs shorter than
+   * a chunk stay mapped, so trimming does not cut the heap into many small mappings. */
+  released += pageheap_unmap_free(OS_CHUNK_SIZE / PAGE_SIZE, false);
   pthread_mutex_unlock(&pageheap.lock);
   return released;
 }
 
 /* ---- allocation ------------------------------------------------------------------------------ */
 
-/* Takes address space from the OS: a new released span (fresh pages are zero and not resident). */
+/* Maps fresh memory; when the kernel refuses (RLIMIT_AS, overcommit), first gives back the address
+ * space of every free span, then tries once more. Requires the lock. */
+static void *pageheap_map(size_t bytes, size_t alignment, os_guard_t guard) {
+  void *p = os_map(bytes, alignment, OS_COMMIT, guard);
+  if (p == NULL && pageheap_unmap_free(1, true) > 0) p = os_map(bytes, alignment, OS_COMMIT, guard);
+  return p;
+}
+
+/* Gives back a range that never reached the page map (a failed mapping); if even that is refused,
+ * the range stays mapped and is counted as mapped: lost to the process, but not to the statistics. */
+static void pageheap_unmap_unused(void *p, size_t bytes, os_guard_t guard) { (void)os_unmap_guarded(p, bytes, guard); }
+
+/* Takes address space from the OS: a new released span (fresh pages are zero and not resident).
+ * Requires the lock. */
 static bool pageheap_grow(size_t npages) {
   size_t bytes = npages * PAGE_SIZE;
   if (bytes < OS_CHUNK_SIZE) bytes = OS_CHUNK_SIZE;
-  void *p = os_map(bytes, PAGE_SIZE);
+  void *p = pageheap_map(bytes, PAGE_SIZE, OS_GUARD_AFTER);
   if (p == NULL) return false;
-  if (!pagemap_ensure((uintptr_t)p, bytes / PAGE_SIZE)) {
-    os_unmap(p, bytes);
-    return false;
-  }
-  span_t *span = span_new((uintptr_t)p, bytes / PAGE_SIZE, SPAN_FREE_RELEASED);
+  size_t guard_pages = os_guard_size() / PAGE_SIZE;
+  span_t *span = pagemap_ensure((uintptr_t)p, bytes / PAGE_SIZE + guard_pages)
+                     ? span_new((uintptr_t)p, bytes / PAGE_SIZE, SPAN_FREE_RELEASED) : NULL;
   if (span == NULL) {
-    os_unmap(p, bytes);
+    (void)os_unmap_guarded(p, bytes, OS_GUARD_AFTER);
     return false;
   }
+  pageheap_set_guard((uintptr_t)p + bytes, &pageheap_guard);
   pageheap_insert_coalesced(span);
   return true;
 }
 
+/* A huge block as a mapping of its own, registered under the lock (the mapping is made before: no
+ * other thread can be given these addresses while they are mapped). Requires the lock. */
 static span_t *pageheap_alloc_direct(size_t npages, size_t align_pages) {
   size_t bytes = npages * PAGE_SIZE;
-  void *p = os_map(bytes, align_pages * PAGE_SIZE);
+  void *p = pageheap_map(bytes, align_pages * PAGE_SIZE, OS_GUARD_AROUND);
   if (p == NULL) return NULL;
-  pthread_mutex_lock(&pageheap.lock);
   span_t *span = pagemap_ensure((uintptr_t)p, npages) ? span_new((uintptr_t)p, npages, SPAN_LARGE) : NULL;
-  if (span != NULL) {
-    span->direct = 1;
-    pagemap_set_ends(span);
-    pageheap.direct_bytes += bytes;
-    pageheap.direct_blocks++;
+  if (span == NULL) {
+    pageheap_unmap_unused(p, bytes, OS_GUARD_AROUND);
+    return NULL;
   }
-  pthread_mutex_unlock(&pageheap.lock);
-  if (span == NULL) os_unmap(p, bytes);
+  span->direct = 1;
+  pagemap_set_ends(span);
+  pageheap.direct_bytes += bytes;
+  pageheap.direct_blocks++;
+  return span;
+}
+
+/* A free span with room for npages pages at an align_pages-aligned start: backed first (no page
+ * faults), then released, then fresh address space if `grow`. Requires the lock. */
+static span_t *pageheap_find_any(size_t need, bool grow) {
+  span_t *span = pageheap_find(&pageheap.backed, need);
+  if (span == NULL) span = pageheap_find(&pageheap.released, need);
+  if (span == NULL && grow && pageheap_grow(need)) span = pageheap_find(&pageheap.released, need);
   return span;
 }
 
 span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, bool *zeroed) {
   if (npages == 0 || npages > UINT32_MAX || align_pages > UINT32_MAX) return NULL;
-  if (sizeclass == 0 && npages * PAGE_SIZE >= (size_t)option(OPTION_RELEASE_LARGE)) {
-    if (zeroed) *zeroed = true;
-    return pageheap_alloc_direct(npages, align_pages);
-  }
   size_t need = npages + align_pages - 1;
+  /* Huge blocks, and blocks whose alignment is larger than a chunk (memalign(1 TiB, 100)), get a
+   * mapping of their own unless a free span already has room: the page heap never grows by more
+   * than the block itself, so an impossible request fails before anything lasting is reserved. */
+  bool own_mapping = sizeclass == 0 && (npages * PAGE_SIZE >= (size_t)option(OPTION_RELEASE_LARGE) ||
+                                        align_pages * PAGE_SIZE > OS_CHUNK_SIZE);
   pthread_mutex_lock(&pageheap.lock);
   pageheap_decay(os_now_ms());
-  span_t *span = pageheap_find(&pageheap.backed, need);
-  if (span == NULL) span = pageheap_find(&pageheap.released, need);
-  if (span == NULL && pageheap_grow(need)) span = pageheap_find(&pageheap.released, need);
+  span_t *span = pageheap_find_any(need, !own_mapping);
   if (span == NULL) {
+    span = own_mapping ? pageheap_alloc_direct(npages, align_pages) : NULL;
     pthread_mutex_unlock(&pageheap.lock);
-    return NULL;
+    if (span != NULL && zeroed) *zeroed = true;
+    return span;
   }
   pageheap_remove(span);
   uint8_t free_state = span->state;
@@ -263,27 +354,48 @@ fail:
 
 /* ---- freeing --------------------------------------------------------------------------------- */
 
+/* A huge block's mapping goes back to the OS. It leaves the page map first, under the lock, and is
+ * unmapped after (while it is still mapped, no other thread can be given its addresses). If the
+ * kernel refuses the munmap (the map-count limit), the range becomes a free backed span of the page
+ * heap instead: reused by the next allocations, unmapped on malloc_trim or address-space pressure. */
+static void pageheap_free_direct(span_t *span) {
+  pthread_mutex_lock(&pageheap.lock);
+  if (span->state != SPAN_LARGE) check_fail_double_free("free()", (void *)span->start);
+  size_t bytes = span->npages * PAGE_SIZE;
+  pagemap_clear_ends(span);
+  span->state = SPAN_DEAD; /* a concurrent second free of it now finds it gone */
+  pageheap.direct_bytes -= bytes;
+  pageheap.direct_blocks--;
+  pthread_mutex_unlock(&pageheap.lock);
+  bool unmapped = os_unmap_guarded((void *)span->start, bytes, OS_GUARD_AROUND);
+  pthread_mutex_lock(&pageheap.lock);
+  if (unmapped) {
+    span_delete(span);
+  } else {
+    pageheap.unmap_failures++;
+    span->direct = 0;
+    span->state = SPAN_FREE_BACKED;
+    span->freed_ms = os_now_ms();
+    pageheap_insert_coalesced(span);
+  }
+  pthread_mutex_unlock(&pageheap.lock);
+}
+
 void pageheap_free(span_t *span) {
   if (span->direct) {
-    pthread_mutex_lock(&pageheap.lock);
-    if (span->state != SPAN_LARGE) check_fail_double_free("free()", (void *)span->start);
-    size_t bytes = span->npages * PAGE_SIZE;
-    void *start = (void *)span->start;
-    pagemap_clear_ends(span);
-    span_delete(span);
-    pageheap.direct_bytes -= bytes;
-    pageheap.direct_blocks--;
-    pthread_mutex_unlock(&pageheap.lock);
-    os_unmap(start, bytes);
+    pageheap_free_direct(span);
     return;
   }
   uint64_t now = os_now_ms();
   pthread_mutex_lock(&pageheap.lock);
+  bool release_now = false;
   if (span->state == SPAN_SMALL) {
     pagemap_clear_small(span);
     pageheap.small_span_bytes -= span->npages * PAGE_SIZE;
   } else if (span->state == SPAN_LARGE) {
     pageheap.large_bytes -= span->npages * PAGE_SIZE;
+    /* A huge block served from free spans keeps release_large's promise: back to the OS at once. */
+    release_now = span->npages * PAGE_SIZE >= (size_t)option(OPTION_RELEASE_LARGE);
   } else {
     check_fail_double_free("free()", (void *)span->start);
   }
@@ -291,6 +403,7 @@ void pageheap_free(span_t *span) {
   span->sizeclass = 0;
   span->freed_ms = now;
   pageheap_insert_coalesced(span);
+  if (release_now) pageheap_release_span(span, now); /* span is the merged span now */
   pageheap_decay(now);
   pthread_mutex_unlock(&pageheap.lock);
 }
@@ -331,26 +444,46 @@ bool pageheap_resize_in_place(span_t *span, size_t new_npages) {
   return done;
 }
 
+/* The whole remap runs under the lock: the kernel frees the old range (a move) or the tail (a
+ * shrink) the moment mremap returns, and another thread's new mapping may land there at once; it
+ * registers its pages only under this lock, so our page-map updates for the old range must be done
+ * before the lock is released. A move goes onto a target mapped (and given page-map leaves) first,
+ * so there is nothing to undo if a leaf cannot be had, and no MREMAP_FIXED over addresses that may
+ * belong to someone else by then. */
 span_t *pageheap_remap(span_t *span, size_t new_npages) {
-  size_t old_bytes = span->npages * PAGE_SIZE, new_bytes = new_npages * PAGE_SIZE;
-  if (!span->direct || new_npages > UINT32_MAX) return NULL;
-  void *p = os_remap((void *)span->start, old_bytes, new_bytes);
-  if (p == NULL) return NULL;
+  if (!span->direct || new_npages == 0 || new_npages > UINT32_MAX) return NULL;
+  size_t new_bytes = new_npages * PAGE_SIZE, guard = os_guard_size();
   pthread_mutex_lock(&pageheap.lock);
-  if (!pagemap_ensure((uintptr_t)p, new_npages)) {
-    /* No page-map leaf for the new place (out of memory): the block must not stay there. */
-    pthread_mutex_unlock(&pageheap.lock);
-    if (p != (void *)span->start && os_remap_fixed(p, new_bytes, old_bytes, (void *)span->start)) return NULL;
-    if (p == (void *)span->start) return NULL;
-    check_fail("realloc(): cannot track a moved mapping", p);
+  size_t old_bytes = span->npages * PAGE_SIZE;
+  uintptr_t start = span->start;
+  if (new_bytes <= old_bytes) {
+    /* Shrink in place: the first page past the new end becomes the guard, and the rest of the old
+     * tail goes with the old guard. (A shrink by less than a guard is left to copying.) */
+    if (old_bytes - new_bytes < guard || !os_protect_guard((void *)(start + new_bytes)) ||
+        !os_unmap((void *)(start + new_bytes + guard), old_bytes - new_bytes))
+      goto fail;
+  } else {
+    /* Grow: always a move (the guard after the block is in the way), onto a guarded target. */
+    void *target = os_map(new_bytes, PAGE_SIZE, OS_COMMIT, OS_GUARD_AROUND);
+    if (target == NULL) goto fail;
+    if (!pagemap_ensure((uintptr_t)target, new_npages) || !os_move((void *)start, old_bytes, new_bytes, target)) {
+      pageheap_unmap_unused(target, new_bytes, OS_GUARD_AROUND);
+      goto fail;
+    }
+    (void)os_unmap_guard((void *)(start - guard));
+    (void)os_unmap_guard((void *)(start + old_bytes));
+    start = (uintptr_t)target;
   }
   pagemap_clear_ends(span);
-  span->start = (uintptr_t)p;
+  span->start = start;
   span->npages = (uint32_t)new_npages;
   pagemap_set_ends(span);
   pageheap.direct_bytes += new_bytes - old_bytes;
   pthread_mutex_unlock(&pageheap.lock);
   return span;
+fail:
+  pthread_mutex_unlock(&pageheap.lock);
+  return NULL;
 }
 
 /* ---- process life, statistics ---------------------------------------------------------------- */
@@ -373,5 +506,8 @@ void pageheap_stats(pageheap_stats_t *out) {
   out->free_spans = pageheap.free_spans;
   out->release_calls = pageheap.release_calls;
   out->released_bytes_total = pageheap.released_bytes_total;
+  out->release_failures = pageheap.release_failures;
+  out->unmap_failures = pageheap.unmap_failures;
+  out->unmapped_bytes_total = pageheap.unmapped_bytes_total;
   pthread_mutex_unlock(&pageheap.lock);
 }

@@ -34,7 +34,6 @@ typedef struct prof_thread_s {
 static __thread prof_thread_t prof_self __attribute__((tls_model("initial-exec")));
 
 void (*prof_test_unwind_hook)(void);
-bool prof_sampled_any;
 
 /* ---- the tables (under prof_lock) ---------------------------------------------------------- */
 
@@ -64,7 +63,7 @@ static int prof_dump_pending; /* a signal asked for a dump while the profiler wa
 static void *prof_pool_take(size_t size) {
   size = (size + 15) & ~(size_t)15;
   if (prof_pool_bump == NULL || prof_pool_bump + size > prof_pool_end) {
-    char *chunk = os_map(PROF_POOL_CHUNK, PAGE_SIZE);
+    char *chunk = os_map(PROF_POOL_CHUNK, PAGE_SIZE, OS_COMMIT, OS_GUARD_NONE);
     if (chunk == NULL) return NULL;
     stats_metadata_add(PROF_POOL_CHUNK);
     prof_pool_bump = chunk;
@@ -287,7 +286,6 @@ static void prof_unlock(void) {
 QM_NOINLINE void prof_record(void *ptr, size_t size) {
   prof_thread_t *self = &prof_self;
   self->inside = true;
-  if (!prof_sampled_any) __atomic_store_n(&prof_sampled_any, true, __ATOMIC_RELAXED);
   uintptr_t frames[PROF_MAX_FRAMES];
   unsigned depth = prof_capture(frames);
   uint64_t rate = (uint64_t)option(OPTION_PROF_SAMPLE);
@@ -340,6 +338,32 @@ void prof_forget(void *ptr) {
     prof_total.live_est_bytes -= s->est_bytes;
     s->next = prof_free_samples;
     prof_free_samples = s;
+  }
+  self->inside = was_inside;
+  prof_unlock();
+}
+
+void prof_resized(void *was, void *now, size_t size) {
+  prof_thread_t *self = &prof_self;
+  bool was_inside = self->inside;
+  self->inside = true;
+  pthread_mutex_lock(&prof_lock);
+  prof_sample_t **at = &prof_live_buckets[prof_live_bucket((uintptr_t)was)];
+  while (*at != NULL && (*at)->ptr != (uintptr_t)was) at = &(*at)->next;
+  prof_sample_t *s = *at;
+  if (s != NULL) {
+    *at = s->next;
+    uint64_t est = prof_estimate_bytes(size, (uint64_t)option(OPTION_PROF_SAMPLE) ? (uint64_t)option(OPTION_PROF_SAMPLE) : 1);
+    /* Unsigned differences: a shrink wraps around and back. */
+    s->stack->live.sampled_bytes += size - s->size;
+    s->stack->live.est_bytes += est - s->est_bytes;
+    prof_total.live_est_bytes += est - s->est_bytes;
+    s->size = size;
+    s->est_bytes = est;
+    s->ptr = (uintptr_t)now;
+    size_t b = prof_live_bucket(s->ptr);
+    s->next = prof_live_buckets[b];
+    prof_live_buckets[b] = s;
   }
   self->inside = was_inside;
   prof_unlock();

@@ -35,14 +35,14 @@ typedef enum { PROF_KIND_LIVE = 0, PROF_KIND_PEAK, PROF_KIND_ALLOCATED } prof_ki
  * interval and says whether this allocation is sampled (never while the thread is inside the
  * profiler, never with sampling off, whose countdown is parked at its maximum). No lock. */
 bool prof_should_sample(size_t size);
-/* Set (for good) before the first sampled block is handed out: sized frees must then ask the
- * page map, since a sampled block is whole pages whatever its size. */
-extern bool prof_sampled_any;
 /* Records a sampled block (the caller flagged its span): captures the stack with no qmalloc lock
  * held, then takes prof_lock. A nested malloc in the unwinder is served unsampled. */
 void prof_record(void *ptr, size_t size);
 /* A flagged block is being freed: drops its sample (nothing if a fork child forgot it). */
 void prof_forget(void *ptr);
+/* A sampled block was resized without a copy (realloc in place or by mremap): the sample follows
+ * it to `now` with `size` bytes (its stack kept, its estimate redone). */
+void prof_resized(void *was, void *now, size_t size);
 /* Draws one sampling interval in bytes (geometric with mean `rate`) from *state (xorshift). */
 uint64_t prof_draw_interval(uint64_t *state, uint64_t rate);
 /* The estimated bytes a sample of `size` stands for at `rate` (see prof_counts_t). */

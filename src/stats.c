@@ -45,7 +45,10 @@ size_t stats_mapped(void) { return (size_t)__atomic_load_n(&stats_mapped_bytes, 
   X(idle_reclaims, "thread caches taken back from idle threads")                                \
   X(idle_reclaimed_bytes, "bytes in the thread caches taken back from idle threads")            \
   X(release_calls, "free spans released to the OS")                                             \
-  X(released_bytes_total, "bytes released to the OS since start")                              \
+  X(released_bytes_total, "bytes released to the OS since start")                               \
+  X(release_failures, "releases the kernel refused (the pages stayed resident and dirty)")       \
+  X(unmapped_bytes_total, "bytes of address space of free spans unmapped since start")           \
+  X(unmap_failures, "unmaps the kernel refused (the range was kept for reuse)")                 \
   X(prof_sample_rate, "heap profiler: bytes allocated per sample, on average (0: off)")         \
   X(prof_samples, "heap profiler: samples taken since start")                                  \
   X(prof_live_samples, "heap profiler: sampled blocks live now")                               \
@@ -100,6 +103,9 @@ void stats_snapshot(stats_snapshot_t *s) {
   s->idle_reclaimed_bytes = tc.reclaimed_bytes;
   s->release_calls = ph.release_calls;
   s->released_bytes_total = ph.released_bytes_total;
+  s->release_failures = ph.release_failures;
+  s->unmapped_bytes_total = ph.unmapped_bytes_total;
+  s->unmap_failures = ph.unmap_failures;
   prof_totals_t prof;
   prof_totals(&prof);
   s->prof_sample_rate = prof.rate;

@@ -9,6 +9,7 @@
  * and idle scans. Callers: api.c. */
 #include <pthread.h>
 
+#include "freelist.h"
 #include "internal.h"
 #include "log.h"
 #include "os.h"
@@ -39,9 +40,9 @@ static void tcache_thread_exit(void *unused);
 /* Gives the first n (> 0) objects of a chain to the central list of cls; returns the rest. */
 static void *tcache_hand_over(unsigned cls, void *head, uint32_t n) {
   void *last = head;
-  for (uint32_t i = 1; i < n; i++) last = *(void **)last;
-  void *rest = *(void **)last;
-  *(void **)last = NULL;
+  for (uint32_t i = 1; i < n; i++) last = freelist_next(last);
+  void *rest = freelist_next(last);
+  freelist_set_next(last, NULL);
   central_insert(cls, head, n);
   return rest;
 }
@@ -68,10 +69,11 @@ const char *tcache_check(const tcache_t *tc) {
   for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
     const tcache_list_t *list = &tc->lists[cls];
     uint32_t n = 0;
-    for (void *p = list->head; p != NULL && n <= TCACHE_LIST_MAX_LENGTH + 1u; p = *(void **)p) {
+    for (void *p = list->head; p != NULL && n <= TCACHE_LIST_MAX_LENGTH + 1u; p = freelist_next(p)) {
       pagemap_leaf_t *leaf = pagemap_leaf_of((uintptr_t)p);
       uintptr_t entry = leaf ? leaf->small[((uintptr_t)p >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)] : 0;
       if ((entry & 0xff) != cls) return "an object on a list of another class";
+      if (!freelist_tagged(p, freelist_key(p))) return "an object on a list without its free tag";
       n++;
     }
     if (((list->count | list->max_count) & 1u) || LIST_STOPPED(list->count) || LIST_STOPPED(list->max_count))
@@ -128,7 +130,7 @@ static QM_NOINLINE void tcache_wake(tcache_t *tc) {
       list->head = NULL;
       list->count = 0;
       if (late != NULL) {
-        *(void **)late = NULL;
+        freelist_set_next(late, NULL);
         central_insert(cls, late, 1);
       }
     } else if (LIST_STOPPED(list->count)) {
@@ -239,7 +241,7 @@ static size_t tcache_take_list(tcache_t *tc, unsigned cls) {
   tcache_list_t *list = &tc->lists[cls];
   uint32_t batch = sizeclass_batch[cls], n = 0;
   void *head = __atomic_load_n(&list->head, __ATOMIC_ACQUIRE);
-  for (void *p = head; p != NULL; p = *(void **)p)
+  for (void *p = head; p != NULL; p = freelist_next(p))
     if (++n > TCACHE_LIST_MAX_LENGTH + 1u) /* the longest list, and one push in flight */
       log_fatal("a thread cache list is corrupted (a loop or a foreign object: a double free?)");
   void *rest = head;
@@ -414,22 +416,30 @@ static bool tcache_grow_list(tcache_t *tc, tcache_list_t *list, unsigned cls, ui
  * instead of a compare on every pop. */
 static void *list_pop_slow(tcache_list_t *list) {
   void *obj = list->head;
-  list->head = *(void **)obj;
+  list->head = freelist_take(obj);
   uint32_t length = list_length(list) - 1;
   if (length < list->floor) list_set_floor(list, length - length / 4);
   list_set_length(list, length);
   return obj;
 }
 
+/* One object straight from the central list, not cached: for an exiting thread, and for the class
+ * too small for a free tag (freelist.h). */
+static void *tcache_alloc_uncached(unsigned cls) {
+  void *obj;
+  if (!central_remove(cls, &obj, 1)) return NULL;
+  if (sizeclass_size[cls] >= 16) freelist_take(obj);
+  return obj;
+}
+
+static bool tcache_class_cached(unsigned cls) { return sizeclass_size[cls] >= 16; }
+
 void *tcache_alloc_slow(tcache_t *tc, unsigned cls) {
   if (QM_UNLIKELY(tc->state != TCACHE_LIVE)) {
-    if (tc->state == TCACHE_UNINIT) {
-      tcache_thread_init(tc);
-    } else { /* the thread is exiting: serve it without caching */
-      void *obj;
-      return central_remove(cls, &obj, 1) ? obj : NULL;
-    }
+    if (tc->state == TCACHE_UNINIT) tcache_thread_init(tc);
+    else return tcache_alloc_uncached(cls); /* the thread is exiting */
   }
+  if (QM_UNLIKELY(!tcache_class_cached(cls))) return tcache_alloc_uncached(cls);
   tcache_list_t *list = &tc->lists[cls];
   if (list->head != NULL) return list_pop_slow(list);
   /* Slow start: a list earns its length by missing, one object at a time up to a batch, then a
@@ -442,7 +452,7 @@ void *tcache_alloc_slow(tcache_t *tc, unsigned cls) {
   if (got == 0) return NULL;
   tc->refills++;
   void *obj = head;
-  list->head = *(void **)head;
+  list->head = freelist_take(head);
   list_set_length(list, got - 1); /* the floor is 0: the list was empty */
   tcache_housekeeping();
   tcache_debug_check(tc, "refill");
@@ -450,16 +460,19 @@ void *tcache_alloc_slow(tcache_t *tc, unsigned cls) {
 }
 
 void tcache_free_slow(tcache_t *tc, void *obj, unsigned cls) {
-  if (QM_UNLIKELY(tc->state != TCACHE_LIVE)) {
-    if (tc->state == TCACHE_DEAD) {
-      *(void **)obj = NULL;
+  bool cached = tcache_class_cached(cls);
+  if (cached && freelist_tagged(obj, freelist_key(obj))) check_fail_double_free("free()", obj);
+  if (QM_UNLIKELY(tc->state != TCACHE_LIVE || !cached)) {
+    if (tc->state == TCACHE_DEAD || !cached) {
+      if (cached) freelist_mark(obj, NULL, freelist_key(obj));
+      else *(void **)obj = NULL;
       central_insert(cls, obj, 1);
       return;
     }
     tcache_thread_init(tc);
   }
   tcache_list_t *list = &tc->lists[cls];
-  *(void **)obj = list->head;
+  freelist_mark(obj, list->head, freelist_key(obj));
   list->head = obj;
   list_set_length(list, list_length(list) + 1);
   if (list->count <= list->max_count) return;

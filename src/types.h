@@ -17,7 +17,8 @@ typedef enum {
   SPAN_FREE_BACKED,   /* free pages that may be resident (recently used) */
   SPAN_FREE_RELEASED, /* free pages returned to the OS (or never touched) */
   SPAN_SMALL,         /* carved into objects of one size class, owned by central.c */
-  SPAN_LARGE          /* one large object handed to the program */
+  SPAN_LARGE,         /* one large object handed to the program */
+  SPAN_GUARD          /* pagemap.c only: the guard after a page-heap chunk (one static header) */
 } span_state_t;
 
 /* A run of pages. 64 bytes, so the header of a 1-page span of 8-byte objects is 0.8% of it. */
@@ -32,8 +33,7 @@ typedef struct span_s {
   struct span_s *prev;
   union {
     struct {            /* SPAN_SMALL */
-      void *freelist;   /* objects given back to this span */
-      uint32_t bump;    /* byte offset of the first object never handed out (lazy carving) */
+      void *freelist;   /* its free objects (freelist.h), every slot at first (carved whole) */
       uint32_t allocated; /* objects out of this span: in programs, thread or transfer caches */
     } small;
     struct {            /* SPAN_FREE_BACKED: list of backed free spans, oldest first (decay) */
@@ -74,6 +74,7 @@ typedef struct tcache_list_s {
   uint16_t floor;      /* objects; no pop took the list below it since the last collection */
   uint16_t tick;       /* pops until this list's next tick (housekeeping, see TCACHE_TICK_POPS) */
 } tcache_list_t;
+_Static_assert(sizeof(tcache_list_t) == 16, "sizeclass_lookup holds class * 16 (SIZECLASS_LOOKUP_SHIFT)");
 
 typedef enum { TCACHE_UNINIT = 0, TCACHE_LIVE, TCACHE_DEAD } tcache_state_t;
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what a make target needs on a fresh Debian machine, and nothing that is already there.
-# usage: tools/deps.sh build|fastpath|bench
+# usage: tools/deps.sh build|fastpath|bench|install
 set -euo pipefail
 need_pkgs=()
 want() { # want COMMAND-or-FILE PACKAGE
@@ -17,7 +17,8 @@ case "${1:-build}" in
             want /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 libtcmalloc-minimal4
             want /usr/lib/x86_64-linux-gnu/libmimalloc.so.2 libmimalloc2.0
             python3 -m venv --help >/dev/null 2>&1 || need_pkgs+=(python3-venv) ;;
-  *) echo "deps.sh: unknown target '$1' (expected build, fastpath or bench)" >&2; exit 2 ;;
+  install)  want pkg-config pkgconf; want readelf binutils; want groff groff-base ;; # tests/install
+  *) echo "deps.sh: unknown target '$1' (expected build, fastpath, bench or install)" >&2; exit 2 ;;
 esac
 [[ ${#need_pkgs[@]} -eq 0 ]] && exit 0
 if [[ $(id -u) -ne 0 ]]; then

@@ -18,7 +18,7 @@ static const char *const REQUIRED[] = {
   /* include/qmalloc.h */
   "qm_malloc", "qm_free", "qm_calloc", "qm_realloc", "qm_reallocarray", "qm_posix_memalign", "qm_aligned_alloc",
   "qm_memalign", "qm_valloc", "qm_pvalloc", "qm_malloc_usable_size", "qm_free_sized", "qm_free_aligned_sized",
-  "qm_trim", "qm_stats_print",
+  "qm_trim", "qm_stats_print", "qm_version",
   /* C++: new, new[] x {plain, nothrow, aligned, aligned+nothrow} */
   "_Znwm", "_Znam", "_ZnwmRKSt9nothrow_t", "_ZnamRKSt9nothrow_t", "_ZnwmSt11align_val_t", "_ZnamSt11align_val_t",
   "_ZnwmSt11align_val_tRKSt9nothrow_t", "_ZnamSt11align_val_tRKSt9nothrow_t",

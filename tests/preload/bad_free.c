@@ -3,12 +3,18 @@
  * bad call; the allocator is expected to stop the program with one line naming the call and the
  * address. "valid" is the control: correct use, exit 0, nothing on stderr.
  *
- * usage: bad_free MODE   (MODE: valid stack static mmap interior interior_large realloc_stack
- *                          realloc_interior double double_large double_later) */
+ * usage: bad_free MODE   (MODE: see the list in main's last branch)
+ * The heap-bug classes of issue 12 (each for small, medium >= 16 KiB and large >= 1 MiB blocks
+ * where the class applies): delayed double free (free p, free q, free p), a double free whose first
+ * free came from another thread, a free of a slot of a live span that is free or never handed out,
+ * sized frees with a wrong size (delete on a new[] array, free_sized), and a write after free over a
+ * free object's link followed by mallocs. */
 #include <stdalign.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dlfcn.h>
+#include <pthread.h>
 #include <sys/mman.h>
 
 /* Hides where a pointer came from, so the compiler neither warns about nor folds the bad call. */
@@ -23,6 +29,32 @@ static void announce(const void *p) {
 }
 
 static alignas(64) char static_array[4096];
+
+/* Sized frees come from the preloaded allocator (glibc 2.36 has no free_sized; this C program has
+ * no C++ runtime): looked up at run time. */
+static void sized_free(const char *name, void *p, size_t n) {
+  void (*fn)(void *, size_t) = (void (*)(void *, size_t))dlsym(RTLD_DEFAULT, name);
+  if (fn == NULL) {
+    fprintf(stderr, "bad_free: %s not found (is qmalloc preloaded?)\n", name);
+    exit(2);
+  }
+  fn(p, n);
+}
+
+static void *free_in_thread(void *p) {
+  free(p);
+  return NULL;
+}
+
+/* size of each class of block: small, medium (>= 16 KiB, still a size class), large (page heap) */
+static size_t size_of(const char *mode) {
+  size_t n = strlen(mode);
+  if (n > 6 && !strcmp(mode + n - 6, "_large")) return 1u << 20;
+  if (n > 7 && !strcmp(mode + n - 7, "_medium")) return 200000;
+  return 32;
+}
+
+static int starts(const char *mode, const char *prefix) { return strncmp(mode, prefix, strlen(prefix)) == 0; }
 
 int main(int argc, char **argv) {
   const char *mode = argc == 2 ? argv[1] : "";
@@ -89,9 +121,72 @@ int main(int argc, char **argv) {
     free(p);
     free(q);
     free(launder(p));
+  } else if (starts(mode, "later_")) { /* later_small|_medium|_large: free p, free q, free p */
+    size_t size = size_of(mode);
+    void *p = malloc(size), *q = malloc(size), *r = malloc(size);
+    announce(p);
+    free(p);
+    free(q);
+    free(launder(p));
+    free(r);
+  } else if (starts(mode, "remote_")) { /* p freed by another thread, then again here */
+    size_t size = size_of(mode);
+    void *p = malloc(size), *q = malloc(size);
+    announce(p); /* before the first free: stdio's buffer must not take p's freed pages */
+    pthread_t t;
+    pthread_create(&t, NULL, free_in_thread, p);
+    pthread_join(t, NULL);
+    free(q);
+    free(launder(p));
+  } else if (starts(mode, "slot_free_")) { /* free(p + k * size) at a slot that is free */
+    size_t size = size_of(mode);
+    char *p = malloc(size), *q = malloc(size);
+    free(q);
+    void *slot = launder(q);
+    (void)p;
+    announce(slot);
+    free(slot);
+  } else if (starts(mode, "slot_new_")) { /* a slot of a live span that was never handed out */
+    size_t size = size_of(mode);
+    char *p = malloc(size);
+    char *slot = p + size; /* the next slot: not handed out yet in a fresh process */
+    if (size >= 100000) slot = p; /* one object per span: free p, then its slot is free */
+    if (slot == p) free(p);
+    announce(slot);
+    free(launder(slot));
+  } else if (!strcmp(mode, "sized_wrong")) { /* free_sized with the size of another class */
+    void *p = malloc(100);
+    announce(p);
+    sized_free("free_sized", launder(p), 1000);
+  } else if (!strcmp(mode, "delete_array")) { /* delete (sized) on a new[] array: a smaller size */
+    char *p = malloc(400 + 8); /* what new char-like T[50] with a cookie asks for */
+    announce(p);
+    sized_free("_ZdlPvm", launder(p), 8); /* operator delete(void *, size_t) */
+  } else if (!strcmp(mode, "sized_wrong_large")) {
+    void *p = malloc(1u << 20);
+    announce(p);
+    sized_free("free_sized", launder(p), 3u << 20);
+  } else if (!strcmp(mode, "guard_after") || !strcmp(mode, "guard_before")) {
+    /* a huge block (a mapping of its own) has guard pages on both sides: an access just off either
+     * end faults instead of reaching another mapping */
+    size_t size = 64u << 20;
+    volatile char *above = malloc(size), *p = malloc(size), *below = malloc(size);
+    (void)above, (void)below; /* the kernel maps top-down: without guards, p's neighbours touch it */
+    announce((void *)p);
+    if (mode[6] == 'a') p[size] = 1;
+    else p[-1] = 1;
+  } else if (!strcmp(mode, "corrupt_link")) { /* write after free over the link, then malloc */
+    void **p = malloc(64), **q = malloc(64);
+    free(q);
+    free(p); /* p is the list head, linked to q */
+    announce(p);
+    p[0] = (void *)static_array; /* a chosen address, as an exploit would write */
+    void *a = malloc(64), *b = malloc(64);
+    printf("malloc returned %p and %p\n", a, b);
   } else {
     fprintf(stderr, "bad_free: unknown mode '%s' (expected valid, stack, static, mmap, interior, interior_large, "
-                    "realloc_stack, realloc_interior, double, double_large, double_later)\n", mode);
+                    "realloc_stack, realloc_interior, double, double_large, double_later, later_|remote_|slot_free_|"
+                    "slot_new_ + small|medium|large, sized_wrong, sized_wrong_large, delete_array, corrupt_link)\n", mode);
     return 2;
   }
   /* Still running: the misuse went unnoticed. */

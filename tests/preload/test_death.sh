@@ -85,14 +85,42 @@ else
   fail "double_large (free(p); free(p) on malloc(1 MiB) = $ADDR): status $STATUS, expected 134 and one 'qmalloc: free(): double free|invalid pointer' line; stderr:"; show
 fi
 
-# Non-immediate double free: only checked when it is caught.
-run double_later
-line=$(head -n1 "$ERR")
-if [[ $STATUS -eq 134 ]]; then
-  if [[ $line == "qmalloc: free(): double free"* && $(grep -c '' "$ERR") -eq 1 ]]; then pass "double_later: caught: '$line'"
-  else fail "double_later: aborted, but stderr is not one 'qmalloc: free(): double free' line:"; show; fi
-else
-  echo "INFO double_later (free p, free q, free p): not caught (status $STATUS); not required"
-fi
+# expect_line MODE REGEX WHAT: status 134, exactly one stderr line matching REGEX, naming the address
+# the program announced.
+expect_line() {
+  local mode=$1 re=$2 what=$3 line got
+  run "$mode"
+  line=$(head -n1 "$ERR")
+  if [[ $STATUS -ne 134 || $(grep -c '' "$ERR") -ne 1 || ! $line =~ $re ]]; then
+    fail "$mode ($what): status $STATUS, expected 134 and one line matching '$re'; stdout: $(tr '\n' ' ' <"$QM_TMP/out")stderr:"; show
+    return
+  fi
+  got=${line##* }
+  if [[ $ADDR =~ ^0x[0-9a-f]+$ ]] && (( got == ADDR )); then pass "$mode ($what): '$line'"
+  else fail "$mode ($what): reported $got, the program passed $ADDR"; fi
+}
+
+# Issue 12: every double and invalid free is stopped, for small, medium and large blocks.
+DF='^qmalloc: free\(\): double free 0x[0-9a-f]+$'
+expect_line double_later "$DF" "free p, free q, free p on malloc(100)"
+for sz in small medium large; do
+  expect_line later_$sz "$DF" "free p, free q, free p ($sz)"
+  expect_line remote_$sz "$DF" "p freed by another thread, then here ($sz)"
+done
+for sz in small medium; do
+  expect_line slot_free_$sz "$DF" "free of a slot that is free ($sz)"
+  expect_line slot_new_$sz '^qmalloc: free\(\): (double free|invalid pointer) 0x[0-9a-f]+$' "free of a slot never handed out ($sz)"
+done
+SZ='^qmalloc: free_sized\(\): size [0-9]+ does not match the block 0x[0-9a-f]+$'
+expect_line sized_wrong "$SZ" "free_sized(p, 1000) of malloc(100)"
+expect_line sized_wrong_large "$SZ" "free_sized(p, 3 MiB) of malloc(1 MiB)"
+expect_line delete_array "$SZ" "sized operator delete with a smaller size (delete on a new[] array)"
+# Guard pages around huge blocks: an access just off either end dies of SIGSEGV (status 139).
+for side in after before; do
+  run guard_$side
+  if [[ $STATUS -eq 139 ]]; then pass "guard_$side: a write just $side a 64 MiB block faulted"
+  else fail "guard_$side: status $STATUS, expected 139 (SIGSEGV); stdout: $(tr '\n' ' ' <"$QM_TMP/out")"; fi
+done
+expect_line corrupt_link '^qmalloc: malloc\(\): corrupted free list \(a write after free\?\) at 0x[0-9a-f]+$' "link overwritten after free, then malloc"
 
 finish

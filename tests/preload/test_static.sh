@@ -9,7 +9,7 @@
 # with QMALLOC_STATS=1 it leaves qmalloc's report with "bytes mapped from the OS" > 0.
 set -u
 source "$(dirname "$0")/common.sh"
-require_env QMALLOC_STATIC_LIB QM_SOURCE_DIR
+require_env QMALLOC_STATIC_LIB QM_SOURCE_DIR QM_BUILD_DIR
 SRC=$QM_SOURCE_DIR/tests/preload/static/static_prog.c
 
 check_binary() { # check_binary NAME EXE
@@ -29,7 +29,7 @@ check_binary() { # check_binary NAME EXE
 }
 
 # (a) static qmalloc, shared libc
-if gcc -O1 -I"$QM_SOURCE_DIR/include" -o "$QM_TMP/prog_dyn" "$SRC" "$QMALLOC_STATIC_LIB" -lpthread 2>"$QM_TMP/link_dyn.err"; then
+if gcc -O1 -I"$QM_SOURCE_DIR/include" -I"$QM_BUILD_DIR/include" -o "$QM_TMP/prog_dyn" "$SRC" "$QMALLOC_STATIC_LIB" -lpthread 2>"$QM_TMP/link_dyn.err"; then
   pass "static qmalloc + shared libc: links"
   check_binary static-qmalloc "$QM_TMP/prog_dyn"
 else
@@ -37,7 +37,7 @@ else
 fi
 
 # (b) fully static
-if gcc -static -O1 -I"$QM_SOURCE_DIR/include" -o "$QM_TMP/prog_static" "$SRC" "$QMALLOC_STATIC_LIB" -lpthread 2>"$QM_TMP/link_static.err"; then
+if gcc -static -O1 -I"$QM_SOURCE_DIR/include" -I"$QM_BUILD_DIR/include" -o "$QM_TMP/prog_static" "$SRC" "$QMALLOC_STATIC_LIB" -lpthread 2>"$QM_TMP/link_static.err"; then
   pass "gcc -static: links"
   if [[ -s $QM_TMP/link_static.err ]]; then echo "INFO linker warnings:"; head -5 "$QM_TMP/link_static.err" | sed 's/^/    | /'; fi
   check_binary fully-static "$QM_TMP/prog_static"

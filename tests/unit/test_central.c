@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "freelist.h"
 #include "internal.h"
 #include "testutil.h"
 
@@ -18,7 +19,7 @@ int main(void) {
   unsigned got = central_remove(cls, &head, c->batch);
   CHECK_EQ(got, c->batch);
   unsigned n = 0;
-  for (void *p = head; p; p = *(void **)p) n++;
+  for (void *p = head; p; p = freelist_next(p)) n++;
   CHECK_EQ(n, c->batch);
   uint32_t before = c->transfer_count;
   central_insert(cls, head, c->batch);
@@ -32,8 +33,8 @@ int main(void) {
    * span with nothing out leaves the class. */
   uint64_t spans_before = c->spans_in_use;
   while (again) {
-    void *next = *(void **)again;
-    *(void **)again = NULL;
+    void *next = freelist_next(again);
+    freelist_set_next(again, NULL);
     central_insert(cls, again, 1);
     again = next;
   }
@@ -77,7 +78,7 @@ int main(void) {
     close(2);
     void *one;
     central_remove(big, &one, 1);
-    *(void **)one = NULL;
+    freelist_set_next(one, NULL);
     central_insert(big, one, 1);
     central_insert(big, one, 1);
     _exit(0);

@@ -231,6 +231,21 @@ static void test_sampled_block_api(void) {
   CHECK_EQ(totals().live_samples, before.live_samples + 1);
   qm_free_sized(r, 5000);
   CHECK_EQ(totals().live_samples, before.live_samples);
+  /* A large sampled block grown in place or by mremap stays sampled, at its new place and size. */
+  set_rate("1");
+  char *big = prof_test_site(40 << 20); /* a huge block: its own mapping */
+  set_rate("0");
+  prof_totals_t one = totals();
+  CHECK_EQ(one.live_samples, before.live_samples + 1);
+  big[0] = 'b';
+  big = realloc(big, 64 << 20); /* grown by mremap, not copied */
+  CHECK(big != NULL && big[0] == 'b' && pagemap_span((uintptr_t)big)->sampled == 1);
+  prof_totals_t grown = totals();
+  CHECK_EQ(grown.live_samples, one.live_samples);
+  CHECK_MSG(grown.live_est_bytes >= (64u << 20), "after the grow %llu bytes estimated", (unsigned long long)grown.live_est_bytes);
+  free(big);
+  CHECK_EQ(totals().live_samples, before.live_samples);
+  CHECK_EQ(totals().live_est_bytes, before.live_est_bytes);
   /* The freed pages serve ordinary blocks again, unflagged. */
   void *s = malloc(300 << 10);
   CHECK(pagemap_span((uintptr_t)s)->sampled == 0);
@@ -351,8 +366,8 @@ int main(void) {
   test_stack_has_caller();
   test_unwinder_allocates();
   test_signal_inside_profiler();
+  test_peak(); /* before any large sample: the peak must be the one it makes */
   test_sampled_block_api();
-  test_peak();
   test_thread_exit();
   test_fork();
   return tu_summary("unit-prof");

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "freelist.h"
 #include "internal.h"
 #include "qmalloc.h"
 #include "tcache_window.h"
@@ -150,14 +151,14 @@ static void *flight_worker(void *arg) {
   void *head = list->head;
   flight_would_push = count < list->max_count && head != obj;
   if (when == 2) {
-    *(void **)obj = head;
+    freelist_mark(obj, head, freelist_key(obj));
     list->head = obj;
   }
   pthread_barrier_wait(&flight_step); /* 1: main takes the cache */
   pthread_barrier_wait(&flight_step); /* 2: taken */
   if (when == 1) head = list->head;
   if (when != 2) {
-    *(void **)obj = head;
+    freelist_mark(obj, head, freelist_key(obj));
     list->head = obj;
   }
   list_end_push(list);

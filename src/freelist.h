@@ -1,0 +1,63 @@
+/* Free-list links and free tags: how every free small object is marked, wherever it is (a thread
+ * cache list, a transfer-cache batch, its span's free list), and how it links to the next one.
+ *
+ * A free object holds, in its first two words:
+ *   word 0: the next object's address XOR the object's key (a NULL next reads as the key),
+ *   word 1: the key itself: the "free tag",
+ * where key(obj) = obj XOR a per-process secret (check.c, drawn from getrandom at start).
+ * - Double and invalid frees: free() finds the tag already in place on a block that is free
+ *   (freed before, by any thread, however many frees ago; or a slot never handed out: spans are
+ *   carved whole, every slot tagged) and stops the program. A live object never holds its tag: the
+ *   pop that hands it out clears word 1, and a program cannot write its key without knowing the
+ *   secret (a write after free aside, which is what the hardened build is for).
+ * - Corrupted lists: a pop checks the tag of the object it hands out, so an overwritten link (a write
+ *   after free) that points anywhere but at a free object of ours stops the program with "corrupted
+ *   free list" instead of handing out a chosen address (glibc's safe-linking is one public design of
+ *   this kind; its key is only the address, here the address and a secret).
+ * Objects of fewer than 16 bytes (the 8-byte class, min_align 8) have no room for the tag: that class
+ * is never cached per thread, and its span lists are plain links (central.c), checked by the span's
+ * count of objects out.
+ * Who calls it: api.c (fast paths), tcache.c, central.c. No lock, no state but the secret. */
+#ifndef QM_FREELIST_H
+#define QM_FREELIST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+
+extern uintptr_t freelist_secret __attribute__((visibility("hidden"))); /* written once by check_init, before any object exists */
+
+__attribute__((noreturn)) QM_COLD void check_fail_corrupted(const void *obj);
+
+QM_INLINE uintptr_t freelist_key(const void *obj) { return (uintptr_t)obj ^ freelist_secret; }
+
+/* Whether obj carries its free tag (key is freelist_key(obj)). */
+QM_INLINE bool freelist_tagged(const void *obj, uintptr_t key) { return ((const uintptr_t *)obj)[1] == key; }
+
+/* Marks obj free and links it to next. */
+QM_INLINE void freelist_mark(void *obj, void *next, uintptr_t key) {
+  ((uintptr_t *)obj)[1] = key;
+  ((uintptr_t *)obj)[0] = (uintptr_t)next ^ key;
+}
+
+/* The next object after free obj. */
+QM_INLINE void *freelist_next(const void *obj) { return (void *)(((const uintptr_t *)obj)[0] ^ freelist_key(obj)); }
+
+/* Relinks free obj to next (cutting or joining chains). */
+QM_INLINE void freelist_set_next(void *obj, void *next) { ((uintptr_t *)obj)[0] = (uintptr_t)next ^ freelist_key(obj); }
+
+/* Takes obj off the head of a list to hand it out: it must carry its tag, and its link must decode
+ * to a user-space address (or NULL), else the list is corrupted and the program stops; its tag is
+ * cleared; returns the next object. The secret has bit 63 set and user addresses have it clear, so
+ * a link overwritten with any user-space value (an address an exploit would choose) decodes to a
+ * negative value: the sign of the decoding XOR is the test, one branch. */
+QM_INLINE void *freelist_take(void *obj) {
+  uintptr_t key = freelist_key(obj);
+  intptr_t next = (intptr_t)(((uintptr_t *)obj)[0] ^ key);
+  if (QM_UNLIKELY(next < 0 || !freelist_tagged(obj, key))) check_fail_corrupted(obj);
+  ((uintptr_t *)obj)[1] = 0;
+  return (void *)next;
+}
+
+#endif
