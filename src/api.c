@@ -18,7 +18,6 @@ bool api_verify_sizes; /* check=2: sized frees verify the size against the page 
 
 static void *malloc_slow(size_t size);
 static void *malloc_sample_slow(size_t size);
-static void *malloc_tick(size_t size, tcache_list_t *list);
 static void free_slow(void *ptr, unsigned expected);
 static void free_push_slow(void *ptr, tcache_list_t *list);
 
@@ -83,15 +82,14 @@ QM_INLINE bool prof_countdown_expired(size_t size, uintptr_t tls_offset) {
 #endif
 }
 
-/* malloc stays here when: size <= SMALL_MAX, this thread's list for its class is not due for its
- * tick, has an object above its floor (the low-water mark, types.h), and is not being taken back
+/* malloc stays here when: size <= SMALL_MAX, this thread's list for its class has an object above
+ * its floor (the low-water mark, types.h), and is not being taken back
  * by another thread (the window, tcache_window.h). (A thread whose cache is not set up yet, or is
  * exiting, has empty lists.) The object handed out must carry its free tag, which is cleared
  * (freelist.h): a list whose link was overwritten stops the program here. */
 QM_INLINE void *malloc_cached(size_t size, uintptr_t tls_offset) {
   if (QM_LIKELY(size <= SMALL_MAX)) {
     tcache_list_t *list = tcache_list_from(sizeclass_list_offset_of(size), tls_offset);
-    if (QM_UNLIKELY((int16_t)--list->tick < 0)) return malloc_tick(size, list);
     uint16_t before;
     /* The head is read before the pop's mark: a pop that gives up does not use it, and the
      * head-to-next chain starts earlier (malloc-test 3% faster, measured). */
@@ -144,7 +142,9 @@ QM_INLINE void free_fast(void *ptr, unsigned expected) {
   if (QM_LIKELY(leaf != NULL)) {
     uintptr_t entry = __atomic_load_n(&leaf->small[(addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], __ATOMIC_RELAXED);
     unsigned cls = entry & 0xff;
-    uint32_t offset = (uint32_t)(addr + cls) - (uint32_t)entry; /* from the span's first object */
+    /* From the span's first object: addr is on a page of that span, so the offset is below the
+     * span's length (< 2^32, which the divisibility test requires) without truncating. */
+    uint64_t offset = addr + cls - entry;
     uint64_t magic = sizeclass_magic[cls];
     if (QM_LIKELY(offset * magic < magic && (expected == 0 || cls == expected))) {
       free_push(ptr, cls);
@@ -177,13 +177,6 @@ static void *alloc_large(size_t size, size_t alignment, bool *zeroed) {
   span_t *span = pageheap_alloc(npages, align_pages, 0, zeroed);
   if (span == NULL) return fail_enomem();
   return (void *)span->start;
-}
-
-/* Every TCACHE_TICK_POPS pops of a list: the housekeeping that otherwise waits for a slow path. */
-static QM_NOINLINE void *malloc_tick(size_t size, tcache_list_t *list) {
-  list->tick = TCACHE_TICK_POPS;
-  tcache_housekeeping();
-  return malloc_slow(size);
 }
 
 static QM_NOINLINE void *malloc_slow(size_t size) {
@@ -297,8 +290,12 @@ static QM_NOINLINE void free_slow(void *ptr, unsigned expected) {
   /* A sampled block is whole pages whatever its size: any small size may name it. */
   bool sampled = b.cls == 0 && b.span->sampled;
   if (expected != 0 && b.cls != expected && !sampled) check_fail_size("free_sized()", sizeclass_size[expected], ptr);
-  if (b.cls != 0) free_push(ptr, b.cls);
-  else free_large(b.span, ptr);
+  if (b.cls != 0) {
+    free_push(ptr, b.cls);
+  } else {
+    free_large(b.span, ptr);
+    release_poll();
+  }
 }
 
 static void *calloc_impl(size_t count, size_t size) {

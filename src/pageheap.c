@@ -405,6 +405,7 @@ void pageheap_free(span_t *span) {
   pageheap_insert_coalesced(span);
   if (release_now) pageheap_release_span(span, now); /* span is the merged span now */
   pageheap_decay(now);
+  if (pageheap.backed.bytes >= RELEASE_START_BYTES) release_request();
   pthread_mutex_unlock(&pageheap.lock);
 }
 

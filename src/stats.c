@@ -48,7 +48,8 @@ size_t stats_mapped(void) { return (size_t)__atomic_load_n(&stats_mapped_bytes, 
   X(released_bytes_total, "bytes released to the OS since start")                               \
   X(release_failures, "releases the kernel refused (the pages stayed resident and dirty)")       \
   X(unmapped_bytes_total, "bytes of address space of free spans unmapped since start")           \
-  X(unmap_failures, "unmaps the kernel refused (the range was kept for reuse)")                 \
+  X(unmap_failures, "unmaps the kernel refused (the range was kept for reuse)")                  \
+  X(releaser_wakeups, "times the background releaser woke (0: not started)")                   \
   X(prof_sample_rate, "heap profiler: bytes allocated per sample, on average (0: off)")         \
   X(prof_samples, "heap profiler: samples taken since start")                                  \
   X(prof_live_samples, "heap profiler: sampled blocks live now")                               \
@@ -106,6 +107,7 @@ void stats_snapshot(stats_snapshot_t *s) {
   s->release_failures = ph.release_failures;
   s->unmapped_bytes_total = ph.unmapped_bytes_total;
   s->unmap_failures = ph.unmap_failures;
+  s->releaser_wakeups = release_wakeups();
   prof_totals_t prof;
   prof_totals(&prof);
   s->prof_sample_rate = prof.rate;

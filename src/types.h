@@ -72,7 +72,7 @@ typedef struct tcache_list_s {
   uint16_t max_count;  /* 2 * (maximum length - floor): the maximum grows on misses within the
                         * budget; 0 sends every free to the slow path */
   uint16_t floor;      /* objects; no pop took the list below it since the last collection */
-  uint16_t tick;       /* pops until this list's next tick (housekeeping, see TCACHE_TICK_POPS) */
+  uint16_t unused;     /* keeps the list 16 bytes (one shift from the class) */
 } tcache_list_t;
 _Static_assert(sizeof(tcache_list_t) == 16, "sizeclass_lookup holds class * 16 (SIZECLASS_LOOKUP_SHIFT)");
 

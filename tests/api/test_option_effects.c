@@ -42,7 +42,7 @@ static int child(const char *workload) {
     pthread_barrier_init(&idle_now, NULL, 2);
     if (pipe(idle_pipe) || pthread_create(&t, NULL, fill_cache_then_idle, NULL)) abort();
     pthread_barrier_wait(&idle_now);
-    for (int i = 0; i < 40; i++) { /* after the first round all hits: scans run from the tick */
+    for (int i = 0; i < 40; i++) { /* after the first round all hits: scans run in the releaser */
       churn();
       usleep(10 * 1000);
     }
@@ -141,7 +141,7 @@ int main(int argc, char **argv) {
 
   CHECK(exited_ok(&base));
   CHECK_EQ(field(&base, "released_bytes_total"), 0); /* 10 s decay: still backed */
-  CHECK(field(&base, "pageheap_free") >= (4 << 20));
+  CHECK(field(&base, "pageheap_free") >= (4 << 20) - (64 << 10)); /* less what later small spans took */
   run(&r, "large-free", "QMALLOC_DECAY_MS=0");
   CHECK(field(&r, "released_bytes_total") >= (4 << 20));
   run(&r, "large-free", "QMALLOC_RETAIN_MAX=0");
