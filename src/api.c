@@ -438,8 +438,10 @@ static QM_NOINLINE void free_sized_slow(void *ptr, size_t size, size_t alignment
   if (ptr == NULL) return;
   block_t b = block_of(ptr, "free_sized()", true);
   unsigned expected = size > SMALL_MAX ? 0 : alignment > 16 ? sizeclass_for_aligned(size, alignment) : sizeclass_of(size);
-  size_t pages = size ? (size + PAGE_MASK) >> PAGE_SHIFT : 1; /* as alloc_large rounds */
-  bool named = b.cls != 0 ? expected == b.cls : (expected == 0 || b.span->sampled) && pages == b.span->npages;
+  /* as alloc_large rounds; a huge block's mapping is also rounded to whole kernel pages */
+  size_t pages = size ? (size + PAGE_MASK) >> PAGE_SHIFT : 1;
+  size_t slack = b.span != NULL && b.span->direct && os_page_size() > PAGE_SIZE ? os_page_size() / PAGE_SIZE : 1;
+  bool named = b.cls != 0 ? expected == b.cls : (expected == 0 || b.span->sampled) && pages <= b.span->npages && b.span->npages - pages < slack;
   if (!named) check_fail_size("free_sized()", size, ptr);
   if (b.cls != 0) free_push(ptr, b.cls);
   else free_large(b.span, ptr);

@@ -12,6 +12,11 @@
 #define QM_NOINLINE __attribute__((noinline))
 #define QM_COLD __attribute__((cold))
 #define QM_EXPORT __attribute__((visibility("default")))
+/* What structs shared between threads (central_t) are aligned to, against false sharing. 64 bytes:
+ * the line of x86-64 and of most aarch64 cores (Neoverse, Cortex-A). Some aarch64 parts have longer
+ * lines (Apple M-series and Cavium ThunderX 128 bytes, Fujitsu A64FX 256), and Intel's adjacent-line
+ * prefetcher pairs 64-byte lines: there two neighbours can still share a unit. Kept at 64 (no
+ * measurement on those parts says the padding pays); only speed depends on it, never correctness. */
 #define QM_CACHELINE 64
 
 #ifdef QM_DEBUG

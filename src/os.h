@@ -10,8 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The kernel's page size (4 KiB on x86-64, up to 64 KiB on aarch64): what mmap aligns to, and
- * what valloc and pvalloc mean by a page. */
+/* The kernel's page size (4 KiB on x86-64; 4, 16 or 64 KiB on aarch64), read at start, or the
+ * os_page option if that is larger (a test runs a 4 KiB machine as a 64 KiB one): what mappings are
+ * aligned to, the unit the kernel releases and protects, and what valloc and pvalloc mean by a
+ * page. A power of two; qmalloc's own pages (PAGE_SIZE, 8 KiB) may be smaller. */
 size_t os_page_size(void);
 
 /* How a mapping is charged against the kernel's overcommit policy. */

@@ -18,10 +18,16 @@
 #include "internal.h"
 #include "os.h"
 
+/* The kernel's own page: what mmap really aligns to. */
+static size_t os_kernel_page(void) {
+  static size_t kernel;
+  if (kernel == 0) kernel = (size_t)sysconf(_SC_PAGESIZE);
+  return kernel;
+}
+
 size_t os_page_size(void) {
-  static size_t cached;
-  if (cached == 0) cached = (size_t)sysconf(_SC_PAGESIZE);
-  return cached;
+  size_t assumed = (size_t)option(OPTION_OS_PAGE), kernel = os_kernel_page();
+  return assumed > kernel && (assumed & (assumed - 1)) == 0 ? assumed : kernel;
 }
 
 static int os_flags(os_map_kind_t kind) {
@@ -36,7 +42,8 @@ size_t os_guard_size(void) {
 void *os_map(size_t size, size_t alignment, os_map_kind_t kind, os_guard_t guard) {
   int saved = errno;
   char *result = NULL;
-  size_t kernel_page = os_page_size();
+  size_t kernel_page = os_kernel_page();
+  if (alignment < os_page_size()) alignment = os_page_size(); /* mappings start on a (assumed) page */
   size_t before = guard == OS_GUARD_AROUND ? os_guard_size() : 0, after = guard != OS_GUARD_NONE ? os_guard_size() : 0;
   if (alignment <= kernel_page && guard == OS_GUARD_NONE) {
     char *p = mmap(NULL, size, PROT_READ | PROT_WRITE, os_flags(kind), -1, 0);

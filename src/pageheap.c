@@ -56,6 +56,22 @@ static free_set_t *pageheap_set_of(span_t *span) {
   return span->state == SPAN_FREE_BACKED ? &pageheap.backed : &pageheap.released;
 }
 
+/* npages rounded up to whole kernel pages (os_page_size() may be larger than PAGE_SIZE). */
+static size_t pageheap_round_to_os_pages(size_t npages) {
+  size_t per = os_page_size() > PAGE_SIZE ? os_page_size() / PAGE_SIZE : 1;
+  return (npages + per - 1) / per * per;
+}
+
+/* The part of a span made of whole kernel pages (os_page_size(), which may be larger than
+ * PAGE_SIZE): [*lo, *hi); false if there is none. */
+static bool pageheap_releasable(const span_t *span, uintptr_t *lo, uintptr_t *hi) {
+  uintptr_t g = os_page_size(), start = span->start, end = start + (uintptr_t)span->npages * PAGE_SIZE;
+  uintptr_t l = (start + g - 1) & ~(g - 1), h = end & ~(g - 1);
+  if (lo) *lo = l;
+  if (hi) *hi = h;
+  return l < h;
+}
+
 static void pageheap_insert(span_t *span) {
   free_set_t *set = pageheap_set_of(span);
   size_t i = pageheap_list_index(span->npages);
@@ -66,7 +82,11 @@ static void pageheap_insert(span_t *span) {
   set->nonempty[i / 64] |= (uint64_t)1 << (i % 64);
   set->bytes += span->npages * PAGE_SIZE;
   pageheap.free_spans++;
-  if (span->state == SPAN_FREE_BACKED) { /* append as the newest */
+  /* A backed span goes on the age list (appended as the newest) if it holds a whole kernel page:
+   * a smaller one (kernel pages larger than qmalloc's) could never be released, and would stop the
+   * decay at the head of the list. */
+  span->aged = span->state == SPAN_FREE_BACKED && pageheap_releasable(span, NULL, NULL);
+  if (span->aged) {
     span->u.age.newer = NULL;
     span->u.age.older = pageheap.newest;
     if (pageheap.newest) pageheap.newest->u.age.newer = span;
@@ -85,7 +105,8 @@ static void pageheap_remove(span_t *span) {
   if (set->lists[i] == NULL) set->nonempty[i / 64] &= ~((uint64_t)1 << (i % 64));
   set->bytes -= span->npages * PAGE_SIZE;
   pageheap.free_spans--;
-  if (span->state == SPAN_FREE_BACKED) {
+  if (span->aged) {
+    span->aged = 0;
     if (span->u.age.newer) span->u.age.newer->u.age.older = span->u.age.older;
     else pageheap.newest = span->u.age.older;
     if (span->u.age.older) span->u.age.older->u.age.newer = span->u.age.newer;
@@ -150,20 +171,47 @@ static bool pageheap_carve(span_t *span, size_t npages) {
 
 /* ---- release to the OS --------------------------------------------------------------------- */
 
-/* Releases one backed span. A span is released (and so known to read as zero, which calloc
- * trusts) only if the kernel dropped its pages; if it refused (mlock'ed memory), the span goes back
- * to the backed set as the newest, so that the decay does not try it again at once. */
+/* Releases one backed span (on the age list). A span is released (and so known to read as zero,
+ * which calloc trusts) only if the kernel dropped its pages; if it refused (mlock'ed memory), the
+ * span goes back to the backed set as the newest, so that the decay does not try it again at once.
+ * Where kernel pages are larger than qmalloc's, only the whole kernel pages inside the span are
+ * released: the span is split, and the edges stay backed (off the age list, since they hold no
+ * whole kernel page; they go back on it when they merge with a neighbour). */
 static bool pageheap_release_span(span_t *span, uint64_t now) {
+  uintptr_t lo, hi;
+  pageheap_releasable(span, &lo, &hi);
   pageheap_remove(span);
-  size_t bytes = span->npages * PAGE_SIZE;
-  if (!os_release((void *)span->start, bytes)) {
+  if (!os_release((void *)lo, hi - lo)) {
     pageheap.release_failures++;
     span->freed_ms = now;
     pageheap_insert(span); /* as it was: its neighbours did not change */
     return false;
   }
   pageheap.release_calls++;
-  pageheap.released_bytes_total += bytes;
+  pageheap.released_bytes_total += hi - lo;
+  uintptr_t end = span->start + (uintptr_t)span->npages * PAGE_SIZE;
+  if (lo > span->start) { /* the backed head stays, the rest is split off */
+    span_t *rest = span_new(lo, (end - lo) / PAGE_SIZE, SPAN_FREE_BACKED);
+    if (rest == NULL) { /* no header for the split: keep it whole and backed (still correct) */
+      span->freed_ms = now;
+      pageheap_insert(span);
+      return true;
+    }
+    span->npages = (uint32_t)((lo - span->start) / PAGE_SIZE);
+    pageheap_insert(span);
+    span = rest;
+  }
+  if (hi < end) {
+    span_t *tail = span_new(hi, (end - hi) / PAGE_SIZE, SPAN_FREE_BACKED);
+    if (tail == NULL) { /* no header for the split: the span stays backed (still correct) */
+      span->freed_ms = now;
+      pageheap_insert(span);
+      return true;
+    }
+    tail->freed_ms = span->freed_ms;
+    span->npages = (uint32_t)((hi - span->start) / PAGE_SIZE);
+    pageheap_insert(tail);
+  }
   span->state = SPAN_FREE_RELEASED;
   pageheap_insert_coalesced(span);
   return true;
@@ -277,6 +325,7 @@ static bool pageheap_grow(size_t npages) {
 /* A huge block as a mapping of its own, registered under the lock (the mapping is made before: no
  * other thread can be given these addresses while they are mapped). Requires the lock. */
 static span_t *pageheap_alloc_direct(size_t npages, size_t align_pages) {
+  npages = pageheap_round_to_os_pages(npages); /* its guards must sit on kernel pages of their own */
   size_t bytes = npages * PAGE_SIZE;
   void *p = pageheap_map(bytes, align_pages * PAGE_SIZE, OS_GUARD_AROUND);
   if (p == NULL) return NULL;
@@ -453,6 +502,8 @@ bool pageheap_resize_in_place(span_t *span, size_t new_npages) {
  * belong to someone else by then. */
 span_t *pageheap_remap(span_t *span, size_t new_npages) {
   if (!span->direct || new_npages == 0 || new_npages > UINT32_MAX) return NULL;
+  new_npages = pageheap_round_to_os_pages(new_npages);
+  if (new_npages == span->npages) return span; /* the same whole kernel pages */
   size_t new_bytes = new_npages * PAGE_SIZE, guard = os_guard_size();
   pthread_mutex_lock(&pageheap.lock);
   size_t old_bytes = span->npages * PAGE_SIZE;

@@ -88,7 +88,8 @@ static void run(run_t *r, const char *workload, const char *setting) {
     close(out[0]);
     close(err[0]);
     if (setting) putenv((char *)setting);
-    execl("/proc/self/exe", "test_option_effects", "child", workload, (char *)NULL);
+    char *argv[] = {"test_option_effects", "child", (char *)workload, NULL};
+    tu_exec_self(argv, NULL);
     _exit(127);
   }
   close(out[1]);
@@ -146,7 +147,10 @@ int main(int argc, char **argv) {
   CHECK(field(&r, "released_bytes_total") >= (4 << 20));
   run(&r, "large-free", "QMALLOC_RETAIN_MAX=0");
   CHECK(field(&r, "released_bytes_total") >= (4 << 20));
-  CHECK_EQ(field(&r, "pageheap_free"), 0);
+  /* All released; where kernel pages are larger than qmalloc's (the -page64k run), a free run too
+   * small to hold a whole kernel page cannot be, and stays. */
+  const char *os_page = getenv("QMALLOC_OS_PAGE");
+  CHECK(field(&r, "pageheap_free") == 0 || (os_page && !strcmp(os_page, "64K") && field(&r, "pageheap_free") < (64 << 10)));
 
   run(&base, "keep-2m", NULL);
   CHECK_EQ(field(&base, "huge_blocks"), 0);

@@ -4,6 +4,7 @@
  * test places a canary mapping where that next mapping is (mmap allocates top-down) and fills
  * every chunk completely. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -37,7 +38,13 @@ int main(void) {
     CHECK(canary[0] == 0xc5 && canary[4095] == 0xc5);
     /* keep the canary mapped: the next round's addresses shift by 4 KiB, varying alignment */
   }
-  CHECK(misaligned_cases > 0); /* the case that matters did occur */
+  /* The case that matters did occur. Under qemu-user (tests/cross sets QM_TEST_EMULATOR), whose
+   * mmap places bottom-up and hands out addresses that happen to be 8 KiB aligned, it may not:
+   * say so (the alignment and containment checks above ran all the same). */
+  if (misaligned_cases == 0 && getenv("QM_TEST_EMULATOR") != NULL)
+    printf("os: note: the emulator's mmap never gave a 4 KiB-misaligned address: the regression case did not occur\n");
+  else
+    CHECK(misaligned_cases > 0);
   /* A refused call keeps errno and says so: unmapping a range that is not page-aligned fails. */
   errno = 4321;
   CHECK(!os_unmap((void *)(uintptr_t)4097, PAGE_SIZE));
