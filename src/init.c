@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
+#include "prof.h"
 
 bool init_done;
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -49,6 +50,7 @@ void init_process(void) {
   if (register_hooks) {
     /* These may call malloc, which now works. */
     pthread_atfork(init_fork_prepare, init_fork_parent, init_fork_child);
+    prof_start(); /* after the line above: its fork lock is taken first, released last */
     if (option(OPTION_STATS) != 0) {
       stats_at_exit_prepare();
       atexit(stats_at_exit);

@@ -1,7 +1,9 @@
 /* Cross-file contracts, grouped by the file that defines them. Lock order (outermost first):
  *   tcache registry lock  ->  a cache's reclaim_lock  ->  central[cls].lock (ascending cls)
  *   ->  page heap lock  ->  stats lock
- * A function that takes a lock says so; none is taken on the malloc/free fast paths. */
+ * A function that takes a lock says so; none is taken on the malloc/free fast paths.
+ * The heap profiler's prof_lock (prof.c) is outside this order: taken with no other qmalloc lock
+ * held, and nothing under it takes one. */
 #ifndef QM_INTERNAL_H
 #define QM_INTERNAL_H
 
@@ -187,6 +189,7 @@ typedef struct stats_snapshot_s {
   intptr_t unclaimed_budget;
   uint64_t refills, flushes, gc_runs, idle_reclaims, idle_reclaimed_bytes, release_calls, released_bytes_total;
   uint64_t release_failures, unmapped_bytes_total, unmap_failures, releaser_wakeups;
+  uint64_t prof_sample_rate, prof_samples, prof_live_samples, prof_live_bytes; /* prof.c */
   size_t class_in_use[SIZECLASS_COUNT], class_free[SIZECLASS_COUNT], class_spans[SIZECLASS_COUNT];
   tcache_thread_stats_t thread[STATS_THREADS_SHOWN]; /* the first live caches (threads counts all) */
 } stats_snapshot_t;

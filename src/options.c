@@ -44,6 +44,13 @@ OPTIONS_TABLE(OPTIONS_X_CHECK)
 #define OPTIONS_SOURCE_MAX 40
 static char options_sources[OPTION_COUNT][OPTIONS_SOURCE_MAX];
 
+/* The text of PATH options (copied: a QMALLOC_OPTIONS entry is not NUL-terminated). */
+static char options_strings[OPTION_COUNT][OPTIONS_PATH_MAX];
+
+const char *option_string(option_id_t id) {
+  return options_strings[id];
+}
+
 static const char options_prefix[] = "QMALLOC_";
 #define OPTIONS_PREFIX_LEN (sizeof options_prefix - 1)
 static const char options_list_variable[] = "QMALLOC_OPTIONS";
@@ -219,6 +226,8 @@ const char *options_type_name(option_type_t type) {
     return "bytes";
   case OPTION_TYPE_MS:
     return "ms";
+  case OPTION_TYPE_PATH:
+    return "path";
   }
   return "?";
 }
@@ -231,6 +240,8 @@ size_t options_format_value(option_id_t id, long long v, char *buf, size_t cap) 
   switch (options_table[id].type) {
   case OPTION_TYPE_BOOL:
     return log_format(buf, cap, "%s", v ? "true" : "false");
+  case OPTION_TYPE_PATH: /* the value is a length: show the text, which only the current value has */
+    return log_format(buf, cap, "%s", v == 0 ? "none" : options_strings[id]);
   case OPTION_TYPE_BYTES: {
     static const char units[] = "TGMK";
     for (int u = 0; units[u] != '\0'; u++) {
@@ -249,6 +260,8 @@ size_t options_format_range(option_id_t id, char *buf, size_t cap) {
   const option_info_t *info = &options_table[id];
   if (info->type == OPTION_TYPE_BOOL)
     return log_format(buf, cap, "0/1, true/false, yes/no, on/off");
+  if (info->type == OPTION_TYPE_PATH)
+    return log_format(buf, cap, "1..%lld characters", info->max);
   if (info->type == OPTION_TYPE_POW2) {
     /* Spell out a short list ("8 or 16"); describe a long one. */
     int count = 0;
@@ -274,7 +287,7 @@ static void options_format_expected(option_id_t id, char *buf, size_t cap) {
   static const char *const words[] = {
       [OPTION_TYPE_BOOL] = "",           [OPTION_TYPE_COUNT] = "an integer ",
       [OPTION_TYPE_POW2] = "",           [OPTION_TYPE_BYTES] = "bytes ",
-      [OPTION_TYPE_MS] = "milliseconds ",
+      [OPTION_TYPE_MS] = "milliseconds ",  [OPTION_TYPE_PATH] = "a path of ",
   };
   size_t n = log_format(buf, cap, "%s", words[options_table[id].type]);
   options_format_range(id, buf + n, cap - n);
@@ -313,6 +326,18 @@ static void options_warn_invalid(option_id_t id, const char *value, size_t value
 static bool options_set_id(option_id_t id, const char *value, size_t value_len,
                            const char *source) {
   long long v;
+  if (options_table[id].type == OPTION_TYPE_PATH) {
+    if (value_len == 0 || value_len > (size_t)options_table[id].max) {
+      options_warn_invalid(id, value, value_len, source);
+      return false;
+    }
+    for (size_t i = 0; i < value_len; i++)
+      options_strings[id][i] = value[i];
+    options_strings[id][value_len] = '\0';
+    options_values[id] = (long long)value_len;
+    log_format(options_sources[id], OPTIONS_SOURCE_MAX, "%s", source);
+    return true;
+  }
   if (!options_parse_value(options_table[id].type, value, value_len, &v) ||
       !options_in_range(&options_table[id], v)) {
     options_warn_invalid(id, value, value_len, source);
@@ -522,6 +547,7 @@ void options_reset_for_test(void) {
   for (int id = 0; id < OPTION_COUNT; id++) {
     options_values[id] = options_table[id].def;
     options_sources[id][0] = '\0';
+    options_strings[id][0] = '\0';
   }
   __atomic_store_n(&options_init_state, OPTIONS_INIT_NONE, __ATOMIC_RELEASE);
 }

@@ -8,6 +8,7 @@
 
 #include "internal.h"
 #include "log.h"
+#include "prof.h"
 #include "qmalloc.h"
 
 static intptr_t stats_mapped_bytes;   /* atomic: os_linux.c */
@@ -48,7 +49,11 @@ size_t stats_mapped(void) { return (size_t)__atomic_load_n(&stats_mapped_bytes, 
   X(release_failures, "releases the kernel refused (the pages stayed resident and dirty)")       \
   X(unmapped_bytes_total, "bytes of address space of free spans unmapped since start")           \
   X(unmap_failures, "unmaps the kernel refused (the range was kept for reuse)")                  \
-  X(releaser_wakeups, "times the background releaser woke (0: not started)")
+  X(releaser_wakeups, "times the background releaser woke (0: not started)")                   \
+  X(prof_sample_rate, "heap profiler: bytes allocated per sample, on average (0: off)")         \
+  X(prof_samples, "heap profiler: samples taken since start")                                  \
+  X(prof_live_samples, "heap profiler: sampled blocks live now")                               \
+  X(prof_live_bytes, "heap profiler: bytes live now, estimated from the samples")
 
 void stats_snapshot(stats_snapshot_t *s) {
   init_process();
@@ -103,6 +108,12 @@ void stats_snapshot(stats_snapshot_t *s) {
   s->unmapped_bytes_total = ph.unmapped_bytes_total;
   s->unmap_failures = ph.unmap_failures;
   s->releaser_wakeups = release_wakeups();
+  prof_totals_t prof;
+  prof_totals(&prof);
+  s->prof_sample_rate = prof.rate;
+  s->prof_samples = prof.samples_taken;
+  s->prof_live_samples = prof.live_samples;
+  s->prof_live_bytes = prof.live_est_bytes;
 }
 
 static void stats_print_text(int fd, const stats_snapshot_t *s) {

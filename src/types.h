@@ -29,6 +29,7 @@ typedef struct span_s {
   uint8_t state;       /* span_state_t */
   uint8_t direct;      /* SPAN_LARGE: a mapping of its own (huge block), unmapped when freed */
   uint8_t aged;        /* SPAN_FREE_BACKED: on the age list (it holds a whole kernel page to release) */
+  uint8_t sampled;     /* SPAN_LARGE: a block the heap profiler sampled (prof.c); its free tells it */
   struct span_s *next; /* page-heap free list, or the central list of spans with free objects */
   struct span_s *prev;
   union {
@@ -80,6 +81,10 @@ typedef enum { TCACHE_UNINIT = 0, TCACHE_LIVE, TCACHE_DEAD } tcache_state_t;
 
 typedef struct tcache_s {
   tcache_list_t lists[SIZECLASS_COUNT];
+  /* Bytes this thread may still allocate before the heap profiler's next sample: malloc's fast
+   * path subtracts each request and leaves when it goes negative (prof.c refills it; parked at
+   * INT64_MAX with sampling off). 0 in a new thread, so its first malloc draws the interval. */
+  int64_t prof_countdown;
   /* The slow paths' window (tcache_window.h): odd while the owner is in a slow path; bit 31 set
    * by a thread taking the cache back. */
   int32_t op_seq;

@@ -220,6 +220,21 @@ static void test_good_values(void) {
   expect_accepted("tcache_total", "256K", 256 << 10);
   expect_accepted("release_large", "0", 0);
 
+  expect_accepted("prof_dump", "/tmp/profile", 12);
+  CHECK(strcmp(option_string(OPTION_PROF_DUMP), "/tmp/profile") == 0);
+  char long_path[OPTIONS_PATH_MAX + 1];
+  memset(long_path, 'x', OPTIONS_PATH_MAX);
+  long_path[OPTIONS_PATH_MAX] = '\0';
+  expect_rejected("prof_dump", long_path); /* no room for the NUL */
+  expect_rejected("prof_dump", "");
+  CHECK(strcmp(option_string(OPTION_PROF_DUMP), "/tmp/profile") == 0);
+  long_path[OPTIONS_PATH_MAX - 1] = '\0';
+  expect_accepted("prof_dump", long_path, OPTIONS_PATH_MAX - 1);
+  expect_accepted("prof_sample", "0", 0);
+  expect_accepted("prof_sample", "512K", 512 << 10);
+  expect_accepted("prof_signal", "12", 12);
+  expect_rejected("prof_signal", "65");
+
   expect_accepted("decay_ms", "0", 0);
   expect_accepted("decay_ms", "500", 500);
   expect_accepted("decay_ms", "250ms", 250);
@@ -487,6 +502,14 @@ static void test_format_round_trip(void) {
   options_reset_for_test();
   for (int id = 0; id < OPTION_COUNT; id++) {
     const option_info_t *info = &options_table[id];
+    if (info->type == OPTION_TYPE_PATH) { /* the value is the text's length; the text comes back */
+      char text[32];
+      expect_accepted(info->name, "/tmp/a b,c", 10);
+      options_format_value((option_id_t)id, option((option_id_t)id), text, sizeof text);
+      CHECK_MSG(strcmp(text, "/tmp/a b,c") == 0 && strcmp(option_string((option_id_t)id), text) == 0,
+                "%s shows '%s'", info->name, text);
+      continue;
+    }
     long long samples[] = {info->min, info->def, info->max};
     for (int s = 0; s < 3; s++) {
       char text[32];

@@ -1,0 +1,523 @@
+/* The sampled heap profiler: the sampling decision (a geometric interval per thread, mean
+ * QMALLOC_PROF_SAMPLE bytes), stack capture (libgcc's DWARF unwinder: no frame pointers needed),
+ * and the tables the profiles are made from (live samples by address, stacks with live, peak and
+ * allocated counts). Not here: the fast path's countdown (api.c subtracts, this file refills),
+ * the allocation of a sampled block as whole pages (api.c), the file formats (prof_dump.c).
+ * Lock: prof_lock protects the tables and totals. It is a leaf: nothing taken under it takes
+ * another qmalloc lock or allocates (records come from os_map). Stacks are captured before it is
+ * taken, with no qmalloc lock held, under a per-thread guard that serves nested mallocs unsampled.
+ * Callers: api.c (slow halves of malloc and free), init.c (prof_start), stats.c, qm_prof_*. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <link.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <unwind.h>
+
+#include "internal.h"
+#include "log.h"
+#include "os.h"
+#include "prof.h"
+#include "qmalloc.h"
+
+/* Per thread: the guard, the random state. Initial-exec, so the signal handler and the unwinder's
+ * nested mallocs can read it without the dynamic loader. */
+typedef struct prof_thread_s {
+  uint64_t random;
+  bool started; /* the first interval was drawn */
+  bool inside;  /* in prof_record/prof_forget/a dump: nested mallocs are not sampled */
+} prof_thread_t;
+static __thread prof_thread_t prof_self __attribute__((tls_model("initial-exec")));
+
+void (*prof_test_unwind_hook)(void);
+
+/* ---- the tables (under prof_lock) ---------------------------------------------------------- */
+
+#define PROF_STACK_BUCKETS 4096
+#define PROF_LIVE_BUCKETS 16384
+#define PROF_POOL_CHUNK ((size_t)1 << 20)
+
+typedef struct prof_sample_s {
+  struct prof_sample_s *next; /* in its live bucket, or on the free list */
+  uintptr_t ptr;
+  size_t size;
+  uint64_t est_bytes, est_objects_x1024;
+  uint64_t time_ms; /* when it was allocated (monotonic) */
+  prof_stack_t *stack;
+} prof_sample_t;
+
+static pthread_mutex_t prof_lock = PTHREAD_MUTEX_INITIALIZER;
+static prof_stack_t *prof_stack_buckets[PROF_STACK_BUCKETS];
+static prof_stack_t *prof_stacks; /* every stack, newest first */
+static prof_sample_t *prof_live_buckets[PROF_LIVE_BUCKETS];
+static prof_sample_t *prof_free_samples;
+static char *prof_pool_bump, *prof_pool_end;
+static prof_totals_t prof_total;
+static int prof_dump_pending; /* a signal asked for a dump while the profiler was busy */
+
+/* Bump allocation from os_map'd chunks: profiler memory never comes from qmalloc itself. */
+static void *prof_pool_take(size_t size) {
+  size = (size + 15) & ~(size_t)15;
+  if (prof_pool_bump == NULL || prof_pool_bump + size > prof_pool_end) {
+    char *chunk = os_map(PROF_POOL_CHUNK, PAGE_SIZE, OS_COMMIT, OS_GUARD_NONE);
+    if (chunk == NULL) return NULL;
+    stats_metadata_add(PROF_POOL_CHUNK);
+    prof_pool_bump = chunk;
+    prof_pool_end = chunk + PROF_POOL_CHUNK;
+  }
+  void *p = prof_pool_bump;
+  prof_pool_bump += size;
+  return p;
+}
+
+static uint64_t prof_hash_frames(const uintptr_t *frames, unsigned depth) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned i = 0; i < depth; i++) h = (h ^ frames[i]) * 0x100000001b3ull;
+  return h ^ depth;
+}
+
+static prof_stack_t *prof_stack_intern(const uintptr_t *frames, unsigned depth) {
+  uint64_t h = prof_hash_frames(frames, depth);
+  prof_stack_t **bucket = &prof_stack_buckets[h % PROF_STACK_BUCKETS];
+  for (prof_stack_t *s = *bucket; s != NULL; s = s->next_in_bucket)
+    if (s->hash == h && s->depth == depth && memcmp(s->frames, frames, depth * sizeof frames[0]) == 0) return s;
+  prof_stack_t *s = prof_pool_take(sizeof *s);
+  if (s == NULL) return NULL;
+  memset(s, 0, sizeof *s);
+  s->hash = h;
+  s->depth = depth;
+  memcpy(s->frames, frames, depth * sizeof frames[0]);
+  s->next_in_bucket = *bucket;
+  *bucket = s;
+  s->next_in_list = prof_stacks;
+  prof_stacks = s;
+  return s;
+}
+
+static size_t prof_live_bucket(uintptr_t ptr) { return (ptr >> PAGE_SHIFT) % PROF_LIVE_BUCKETS; }
+
+static void prof_counts_add(prof_counts_t *c, const prof_sample_t *s) {
+  c->samples++;
+  c->sampled_bytes += s->size;
+  c->est_bytes += s->est_bytes;
+  c->est_objects_x1024 += s->est_objects_x1024;
+}
+
+static void prof_counts_sub(prof_counts_t *c, const prof_sample_t *s) {
+  c->samples--;
+  c->sampled_bytes -= s->size;
+  c->est_bytes -= s->est_bytes;
+  c->est_objects_x1024 -= s->est_objects_x1024;
+}
+
+/* The peak is kept as it passes: each time the estimated live bytes exceed the last peak, every
+ * stack's live counts are copied to its peak counts (one pass over the stacks, once per sample
+ * at most, and samples are one per rate bytes). */
+static void prof_note_peak(void) {
+  if (prof_total.live_est_bytes <= prof_total.peak_est_bytes) return;
+  prof_total.peak_est_bytes = prof_total.live_est_bytes;
+  for (prof_stack_t *s = prof_stacks; s != NULL; s = s->next_in_list) s->peak = s->live;
+}
+
+/* ---- numbers: no libm (the library's only new dependency is libgcc_s's unwinder) ----------- */
+
+/* ln(u) for u in (0, 1]: u = m * 2^e with m in [1, 2), ln m = 2 atanh((m - 1) / (m + 1)). */
+static double prof_ln(double u) {
+  uint64_t bits;
+  memcpy(&bits, &u, sizeof bits);
+  int e = (int)((bits >> 52) & 0x7ff) - 1023;
+  bits = (bits & ~(0x7ffull << 52)) | (1023ull << 52);
+  double m;
+  memcpy(&m, &bits, sizeof m);
+  double t = (m - 1) / (m + 1), t2 = t * t, term = t, sum = 0;
+  for (int k = 1; k < 40; k += 2) {
+    sum += term / k;
+    term *= t2;
+  }
+  return e * 0.69314718055994530942 + 2 * sum;
+}
+
+/* exp(-x) for x >= 0: halve until small, Taylor series, square back. */
+static double prof_exp_neg(double x) {
+  if (x > 700) return 0;
+  int halvings = 0;
+  while (x > 0.125) {
+    x /= 2;
+    halvings++;
+  }
+  double term = 1, sum = 1;
+  for (int k = 1; k < 14; k++) {
+    term *= -x / k;
+    sum += term;
+  }
+  while (halvings-- > 0) sum *= sum;
+  return sum;
+}
+
+static uint64_t prof_next_random(uint64_t *state) {
+  uint64_t x = *state;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  *state = x;
+  return x * 0x2545F4914F6CDD1Dull;
+}
+
+uint64_t prof_draw_interval(uint64_t *state, uint64_t rate) {
+  double u = (double)((prof_next_random(state) >> 11) + 1) * (1.0 / 9007199254740992.0); /* (0, 1] */
+  double interval = -prof_ln(u) * (double)rate;
+  if (interval > 4e18) interval = 4e18;
+  return (uint64_t)interval + 1;
+}
+
+uint64_t prof_estimate_bytes(size_t size, uint64_t rate) {
+  if (size == 0) size = 1;
+  double p = 1 - prof_exp_neg((double)size / (double)rate); /* the chance a block this size is sampled */
+  return (uint64_t)((double)size / p + 0.5);
+}
+
+/* ---- the sampling decision ---------------------------------------------------------------- */
+
+bool prof_should_sample(size_t size) {
+  tcache_t *tc = &tcache_self;
+  uint64_t rate = (uint64_t)option(OPTION_PROF_SAMPLE);
+  if (rate == 0) { /* off: park the countdown where no allocation reaches it */
+    tc->prof_countdown = INT64_MAX;
+    return false;
+  }
+  prof_thread_t *self = &prof_self;
+  if (QM_UNLIKELY(!self->started)) {
+    self->started = true;
+    self->random = (uint64_t)(uintptr_t)self * 0x9E3779B97F4A7C15ull ^ os_now_ms() ^ ((uint64_t)getpid() << 32);
+    if (self->random == 0) self->random = 1;
+    int64_t left = (int64_t)prof_draw_interval(&self->random, rate) - (int64_t)(size < INT64_MAX ? size : INT64_MAX);
+    tc->prof_countdown = left;
+    if (left >= 0) return false;
+  }
+  /* The countdown crossed zero inside this allocation; by memorylessness the next interval
+   * starts afresh after it. */
+  tc->prof_countdown = (int64_t)prof_draw_interval(&self->random, rate);
+  return !self->inside;
+}
+
+/* ---- stack capture ------------------------------------------------------------------------ */
+
+typedef struct prof_unwind_s {
+  uintptr_t *frames;
+  unsigned depth, skip;
+} prof_unwind_t;
+
+static _Unwind_Reason_Code prof_unwind_frame(struct _Unwind_Context *ctx, void *arg) {
+  prof_unwind_t *u = arg;
+  if (QM_UNLIKELY(prof_test_unwind_hook != NULL)) prof_test_unwind_hook();
+  uintptr_t ip = (uintptr_t)_Unwind_GetIP(ctx);
+  if (ip == 0) return _URC_END_OF_STACK;
+  if (u->skip > 0) {
+    u->skip--;
+    return _URC_NO_REASON;
+  }
+  u->frames[u->depth++] = ip;
+  return u->depth == PROF_MAX_FRAMES ? _URC_END_OF_STACK : _URC_NO_REASON;
+}
+
+/* libqmalloc.so's executable pages, when it is a library of its own (not linked into the
+ * program): leading frames there (calloc, realloc, operator new calling into malloc) are qmalloc's,
+ * not the program's. Found once at start; [0, 0) when qmalloc is part of the program. */
+static uintptr_t prof_own_text_lo, prof_own_text_hi;
+
+static int prof_find_own_text(struct dl_phdr_info *info, size_t size, void *arg) {
+  uintptr_t base = (uintptr_t)arg;
+  if (info->dlpi_addr != base) return 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+      prof_own_text_lo = base + ph->p_vaddr;
+      prof_own_text_hi = prof_own_text_lo + ph->p_memsz;
+    }
+  }
+  return 1;
+}
+
+static int prof_first_object(struct dl_phdr_info *info, size_t size, void *arg) {
+  *(uintptr_t *)arg = info->dlpi_addr; /* the program comes first */
+  return 1;
+}
+
+static void prof_locate_own_text(void) {
+  Dl_info self;
+  uintptr_t program = 1;
+  if (dladdr((void *)prof_locate_own_text, &self) == 0) return;
+  dl_iterate_phdr(prof_first_object, &program);
+  if ((uintptr_t)self.dli_fbase == program) return; /* linked into the program */
+  /* dli_fbase is the lowest mapped address; dlpi_addr the load bias: equal for shared objects
+   * linked at 0, which every shared library is. */
+  dl_iterate_phdr(prof_find_own_text, self.dli_fbase);
+}
+
+/* Innermost first, starting at the program's call into qmalloc: the frames of prof_record
+ * (this is inlined into it: each frame unwound costs about 2,000 instructions) and api.c's
+ * malloc_sample_slow are skipped (both noinline), then any frame still in libqmalloc.so's own
+ * code. */
+QM_INLINE unsigned prof_capture(uintptr_t *frames) {
+  prof_unwind_t u = {frames, 0, 2};
+  _Unwind_Backtrace(prof_unwind_frame, &u);
+  unsigned first = 0;
+  while (first < u.depth && frames[first] - 1 - prof_own_text_lo < prof_own_text_hi - prof_own_text_lo) first++;
+  if (first > 0 && first < u.depth) {
+    memmove(frames, frames + first, (u.depth - first) * sizeof frames[0]);
+    u.depth -= first;
+  }
+  return u.depth;
+}
+
+/* ---- recording and forgetting ------------------------------------------------------------- */
+
+static void prof_dump_signalled(void);
+
+static void prof_unlock(void) {
+  pthread_mutex_unlock(&prof_lock);
+  if (QM_UNLIKELY(__atomic_load_n(&prof_dump_pending, __ATOMIC_RELAXED))) prof_dump_signalled();
+}
+
+QM_NOINLINE void prof_record(void *ptr, size_t size) {
+  prof_thread_t *self = &prof_self;
+  self->inside = true;
+  uintptr_t frames[PROF_MAX_FRAMES];
+  unsigned depth = prof_capture(frames);
+  uint64_t rate = (uint64_t)option(OPTION_PROF_SAMPLE);
+  uint64_t est = prof_estimate_bytes(size, rate);
+  uint64_t now = os_now_ms();
+  pthread_mutex_lock(&prof_lock);
+  prof_stack_t *stack = prof_stack_intern(frames, depth);
+  prof_sample_t *s = prof_free_samples;
+  if (s != NULL) prof_free_samples = s->next;
+  else s = prof_pool_take(sizeof *s);
+  if (stack == NULL || s == NULL) { /* out of memory for the profiler: the block lives on unsampled */
+    if (s != NULL) {
+      s->next = prof_free_samples;
+      prof_free_samples = s;
+    }
+    prof_total.samples_dropped++;
+  } else {
+    s->ptr = (uintptr_t)ptr;
+    s->size = size;
+    s->est_bytes = est;
+    s->est_objects_x1024 = size ? est * 1024 / size : 1024;
+    s->time_ms = now;
+    s->stack = stack;
+    size_t b = prof_live_bucket(s->ptr);
+    s->next = prof_live_buckets[b];
+    prof_live_buckets[b] = s;
+    prof_counts_add(&stack->live, s);
+    prof_counts_add(&stack->allocated, s);
+    prof_total.samples_taken++;
+    prof_total.live_samples++;
+    prof_total.live_est_bytes += est;
+    prof_note_peak();
+  }
+  self->inside = false;
+  prof_unlock();
+}
+
+void prof_forget(void *ptr) {
+  prof_thread_t *self = &prof_self;
+  bool was_inside = self->inside;
+  self->inside = true;
+  pthread_mutex_lock(&prof_lock);
+  prof_sample_t **at = &prof_live_buckets[prof_live_bucket((uintptr_t)ptr)];
+  while (*at != NULL && (*at)->ptr != (uintptr_t)ptr) at = &(*at)->next;
+  prof_sample_t *s = *at;
+  if (s != NULL) {
+    *at = s->next;
+    prof_counts_sub(&s->stack->live, s);
+    prof_total.live_samples--;
+    prof_total.live_est_bytes -= s->est_bytes;
+    s->next = prof_free_samples;
+    prof_free_samples = s;
+  }
+  self->inside = was_inside;
+  prof_unlock();
+}
+
+void prof_resized(void *was, void *now, size_t size) {
+  prof_thread_t *self = &prof_self;
+  bool was_inside = self->inside;
+  self->inside = true;
+  pthread_mutex_lock(&prof_lock);
+  prof_sample_t **at = &prof_live_buckets[prof_live_bucket((uintptr_t)was)];
+  while (*at != NULL && (*at)->ptr != (uintptr_t)was) at = &(*at)->next;
+  prof_sample_t *s = *at;
+  if (s != NULL) {
+    *at = s->next;
+    uint64_t est = prof_estimate_bytes(size, (uint64_t)option(OPTION_PROF_SAMPLE) ? (uint64_t)option(OPTION_PROF_SAMPLE) : 1);
+    /* Unsigned differences: a shrink wraps around and back. */
+    s->stack->live.sampled_bytes += size - s->size;
+    s->stack->live.est_bytes += est - s->est_bytes;
+    prof_total.live_est_bytes += est - s->est_bytes;
+    s->size = size;
+    s->est_bytes = est;
+    s->ptr = (uintptr_t)now;
+    size_t b = prof_live_bucket(s->ptr);
+    s->next = prof_live_buckets[b];
+    prof_live_buckets[b] = s;
+  }
+  self->inside = was_inside;
+  prof_unlock();
+}
+
+void prof_reset_allocated(void) {
+  pthread_mutex_lock(&prof_lock);
+  for (prof_stack_t *s = prof_stacks; s != NULL; s = s->next_in_list) memset(&s->allocated, 0, sizeof s->allocated);
+  prof_unlock();
+}
+
+void prof_totals(prof_totals_t *out) {
+  pthread_mutex_lock(&prof_lock);
+  *out = prof_total;
+  prof_unlock();
+  out->rate = (uint64_t)option(OPTION_PROF_SAMPLE);
+}
+
+bool prof_dump_fd(int fd, prof_kind_t kind) {
+  prof_thread_t *self = &prof_self;
+  bool was_inside = self->inside;
+  self->inside = true;
+  pthread_mutex_lock(&prof_lock);
+  bool ok = prof_dump_write(fd, kind, prof_stacks, (uint64_t)option(OPTION_PROF_SAMPLE));
+  self->inside = was_inside;
+  prof_unlock();
+  return ok;
+}
+
+/* ---- dumps to files: the API, the exit, the signal ---------------------------------------- */
+
+
+static bool prof_dump_path(const char *path, prof_kind_t kind, bool locked) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  bool ok = locked ? prof_dump_write(fd, kind, prof_stacks, (uint64_t)option(OPTION_PROF_SAMPLE)) : prof_dump_fd(fd, kind);
+  if (close(fd) != 0) ok = false;
+  return ok;
+}
+
+/* "<prefix>.<pid>.<what>.heap" */
+static void prof_file_name(char *buf, size_t cap, const char *what) {
+  const char *prefix = option_string(OPTION_PROF_DUMP);
+  log_format(buf, cap, "%s.%d.%s.heap", prefix[0] ? prefix : "qmalloc", (int)getpid(), what);
+}
+
+/* Requires prof_lock held. Signal dumps are numbered, so successive ones do not overwrite. */
+static void prof_dump_signal_files(void) {
+  static unsigned seq;
+  char what[32], path[320];
+  log_format(what, sizeof what, "signal%u.live", ++seq);
+  prof_file_name(path, sizeof path, what);
+  if (!prof_dump_path(path, PROF_KIND_LIVE, true))
+    log_printf(2, "qmalloc: profile dump to %s failed (errno %d)\n", path, errno);
+}
+
+/* A dump the signal handler left for later: made by the next thread leaving the profiler. */
+static void prof_dump_signalled(void) {
+  if (prof_self.inside || pthread_mutex_trylock(&prof_lock) != 0) return;
+  if (__atomic_exchange_n(&prof_dump_pending, 0, __ATOMIC_ACQ_REL)) {
+    prof_self.inside = true;
+    prof_dump_signal_files();
+    prof_self.inside = false;
+  }
+  pthread_mutex_unlock(&prof_lock);
+}
+
+/* The dump signal. The handler uses only async-signal-safe calls (open, write, read, close) and
+ * no allocation. It never waits for prof_lock: if it interrupted the profiler on this thread (the
+ * guard is set) or another thread holds the lock, it leaves the dump to whoever unlocks next. */
+void prof_dump_request(void) {
+  int saved = errno;
+  __atomic_store_n(&prof_dump_pending, 1, __ATOMIC_RELEASE);
+  prof_dump_signalled();
+  errno = saved;
+}
+
+static void prof_signal_handler(int sig) { prof_dump_request(); }
+
+/* At exit (QMALLOC_PROF_DUMP set): the leak report (what is still live), the peak, everything
+ * allocated, and one line on stderr saying what was written. */
+static void prof_at_exit(void) {
+  char path[320];
+  prof_totals_t t;
+  prof_totals(&t);
+  prof_file_name(path, sizeof path, "leak");
+  bool ok = prof_dump_path(path, PROF_KIND_LIVE, false);
+  char peak[320], allocated[320];
+  prof_file_name(peak, sizeof peak, "peak");
+  prof_file_name(allocated, sizeof allocated, "allocated");
+  ok = prof_dump_path(peak, PROF_KIND_PEAK, false) && ok;
+  ok = prof_dump_path(allocated, PROF_KIND_ALLOCATED, false) && ok;
+  if (!ok) {
+    log_printf(2, "qmalloc: could not write the heap profiles %s (errno %d)\n", path, errno);
+    return;
+  }
+  log_printf(2, "qmalloc: leak report: %llu sampled blocks never freed, about %llu bytes: %s (also .peak, .allocated)\n",
+             (unsigned long long)t.live_samples, (unsigned long long)t.live_est_bytes, path);
+}
+
+/* ---- fork: the child starts with an empty profile ------------------------------------------ */
+
+static void prof_fork_prepare(void) { pthread_mutex_lock(&prof_lock); }
+static void prof_fork_parent(void) { pthread_mutex_unlock(&prof_lock); }
+
+/* Only this thread exists. Inherited sampled blocks stay whole-page blocks; their spans lose
+ * the flag, so freeing them is an ordinary large free. */
+static void prof_fork_child(void) {
+  for (size_t b = 0; b < PROF_LIVE_BUCKETS; b++) {
+    prof_sample_t *s = prof_live_buckets[b];
+    while (s != NULL) {
+      prof_sample_t *next = s->next;
+      span_t *span = pagemap_span(s->ptr);
+      if (span != NULL) span->sampled = 0;
+      s->next = prof_free_samples;
+      prof_free_samples = s;
+      s = next;
+    }
+    prof_live_buckets[b] = NULL;
+  }
+  for (prof_stack_t *s = prof_stacks; s != NULL; s = s->next_in_list) {
+    memset(&s->live, 0, sizeof s->live);
+    memset(&s->peak, 0, sizeof s->peak);
+    memset(&s->allocated, 0, sizeof s->allocated);
+  }
+  memset(&prof_total, 0, sizeof prof_total);
+  prof_dump_pending = 0;
+  pthread_mutex_init(&prof_lock, NULL);
+}
+
+void prof_start(void) {
+  prof_locate_own_text();
+  pthread_atfork(prof_fork_prepare, prof_fork_parent, prof_fork_child);
+  int sig = (int)option(OPTION_PROF_SIGNAL);
+  if (sig != 0) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = prof_signal_handler;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(sig, &sa, NULL) != 0) log_printf(2, "qmalloc: prof_signal %d cannot be caught; no signal dumps\n", sig);
+  }
+  if (option_string(OPTION_PROF_DUMP)[0] != '\0') atexit(prof_at_exit);
+}
+
+/* ================================ public entry points ========================================= */
+
+QM_EXPORT int qm_prof_dump(const char *path, int kind) {
+  if (path == NULL || kind < QM_PROF_LIVE || kind > QM_PROF_ALLOCATED) {
+    errno = EINVAL;
+    return -1;
+  }
+  init_process();
+  return prof_dump_path(path, (prof_kind_t)kind, false) ? 0 : -1;
+}
+
+QM_EXPORT void qm_prof_reset(void) { prof_reset_allocated(); }

@@ -1,0 +1,75 @@
+/* The sampled heap profiler's contract between its two files (prof.c: sampling, stack capture,
+ * the tables; prof_dump.c: the profile formats) and its callers (api.c, init.c, stats.c).
+ * Everything here runs off the fast paths; the fast path's only part is the countdown in
+ * tcache_t (types.h), which api.c decrements and prof_should_sample refills. */
+#ifndef QM_PROF_H
+#define QM_PROF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PROF_MAX_FRAMES 64
+
+/* Counts of one stack: raw samples and their requested bytes, and the unbiased estimates (each
+ * sample of s bytes stands for s / (1 - exp(-s / rate)) bytes, since that is the chance a block
+ * of s bytes is sampled). */
+typedef struct prof_counts_s {
+  uint64_t samples, sampled_bytes;
+  uint64_t est_objects_x1024, est_bytes; /* objects in 1/1024ths, so small blocks do not round to 0 */
+} prof_counts_t;
+
+/* One distinct allocation stack (innermost first). Never freed: a fork child zeroes the counts. */
+typedef struct prof_stack_s {
+  struct prof_stack_s *next_in_bucket, *next_in_list;
+  uint64_t hash;
+  uint32_t depth;
+  uintptr_t frames[PROF_MAX_FRAMES];
+  prof_counts_t live, peak, allocated;
+} prof_stack_t;
+
+typedef enum { PROF_KIND_LIVE = 0, PROF_KIND_PEAK, PROF_KIND_ALLOCATED } prof_kind_t;
+
+/* ---- prof.c ---- */
+/* Called by api.c's slow half of malloc once the countdown went negative. Draws the next
+ * interval and says whether this allocation is sampled (never while the thread is inside the
+ * profiler, never with sampling off, whose countdown is parked at its maximum). No lock. */
+bool prof_should_sample(size_t size);
+/* Records a sampled block (the caller flagged its span): captures the stack with no qmalloc lock
+ * held, then takes prof_lock. A nested malloc in the unwinder is served unsampled. */
+void prof_record(void *ptr, size_t size);
+/* A flagged block is being freed: drops its sample (nothing if a fork child forgot it). */
+void prof_forget(void *ptr);
+/* A sampled block was resized without a copy (realloc in place or by mremap): the sample follows
+ * it to `now` with `size` bytes (its stack kept, its estimate redone). */
+void prof_resized(void *was, void *now, size_t size);
+/* Draws one sampling interval in bytes (geometric with mean `rate`) from *state (xorshift). */
+uint64_t prof_draw_interval(uint64_t *state, uint64_t rate);
+/* The estimated bytes a sample of `size` stands for at `rate` (see prof_counts_t). */
+uint64_t prof_estimate_bytes(size_t size, uint64_t rate);
+/* Process start (from init.c, after malloc works): fork handlers, the dump signal, the exit dump. */
+void prof_start(void);
+/* What the dump signal's handler does (async-signal-safe): writes the live profile to
+ * <prof_dump or "qmalloc">.<pid>.signal<k>.live.heap now, or, if this thread is inside the
+ * profiler or another holds its lock, leaves it to the next thread that leaves the profiler. */
+void prof_dump_request(void);
+/* Forgets the "allocated" counts (qm_prof_reset). */
+void prof_reset_allocated(void);
+/* Writes a profile of `kind` to fd under prof_lock (qm_prof_dump). Returns false if the write
+ * failed. */
+bool prof_dump_fd(int fd, prof_kind_t kind);
+typedef struct prof_totals_s {
+  uint64_t rate, samples_taken, samples_dropped, live_samples, live_est_bytes, peak_est_bytes;
+} prof_totals_t;
+void prof_totals(prof_totals_t *out); /* takes prof_lock */
+/* Tests only: called from inside the unwinder's frame callback, to make "the unwinder allocates"
+ * happen on demand. */
+extern void (*prof_test_unwind_hook)(void);
+
+/* ---- prof_dump.c: requires prof_lock held (or a fork child / signal holding it by try-lock) ---- */
+/* The legacy gperftools heap profile ("heap_v2/<rate>", read by google-pprof and jeprof): the
+ * in-use pair is the chosen kind, the second pair everything allocated since the last reset;
+ * then MAPPED_LIBRARIES (a copy of /proc/self/maps). Writes with write(2) only; no allocation. */
+bool prof_dump_write(int fd, prof_kind_t kind, const prof_stack_t *stacks, uint64_t rate);
+
+#endif

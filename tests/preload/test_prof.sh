@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The heap profiler end to end, under LD_PRELOAD=$QMALLOC_SO:
+#  - preload_prof_leak (one deliberate leak in leak_here, 40 MiB of churn all freed) with
+#    QMALLOC_PROF_DUMP and QMALLOC_PROF_SIGNAL=12: the exit line, four profiles (leak, peak,
+#    allocated, and the one SIGUSR2 wrote mid-run) that google-pprof reads; the leak report holds
+#    exactly leak_here's two stacks, and google-pprof attributes all of it to leak_here;
+#  - python3 building a large dict: the peak profile it writes at exit parses too.
+# google-pprof comes from Debian's google-perftools, installed here when missing (as root); if it
+# cannot be installed the reader checks are skipped with the reason printed, the rest still runs.
+set -u
+source "$(dirname "$0")/common.sh"
+require_env QMALLOC_SO QM_TEST_BIN QM_SOURCE_DIR
+PROG=$QM_TEST_BIN/preload_prof_leak
+
+have_pprof=1
+if ! command -v google-pprof >/dev/null; then
+  if [[ $(id -u) -eq 0 ]] && { apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq google-perftools >/dev/null 2>&1; } && command -v google-pprof >/dev/null; then
+    echo "installed google-perftools (google-pprof)"
+  else
+    have_pprof=0
+    echo "SKIP google-pprof checks: google-perftools is not installed and cannot be installed here (not root or no package source)"
+  fi
+fi
+
+# pprof_reads BINARY PROFILE NAME: google-pprof --text succeeds and prints a total.
+pprof_reads() {
+  local out=$QM_TMP/pprof.$3.txt
+  if google-pprof --text "$1" "$2" >"$out" 2>"$out.err" && grep -q '^Total: ' "$out"; then
+    pass "google-pprof reads the $3 profile"
+  else
+    fail "google-pprof cannot read the $3 profile $2"; head -5 "$out.err" | sed 's/^/    | /'
+  fi
+}
+
+# ---- the deliberate leak ----------------------------------------------------------------------
+LD_PRELOAD=$QMALLOC_SO QMALLOC_PROF_SAMPLE=4096 QMALLOC_PROF_DUMP=$QM_TMP/p QMALLOC_PROF_SIGNAL=12 \
+  "$PROG" signal >"$QM_TMP/leak.out" 2>"$QM_TMP/leak.err"
+st=$?
+[[ $st -eq 0 && $(cat "$QM_TMP/leak.out") == done ]] && pass "prof_leak ran (status 0)" || fail "prof_leak: status $st"
+if grep -Eq '^qmalloc: leak report: [1-9][0-9]* sampled blocks never freed, about [0-9]+ bytes: .*\.leak\.heap' "$QM_TMP/leak.err"; then
+  pass "the exit line names the leak report"
+else
+  fail "no leak report line on stderr"; head -5 "$QM_TMP/leak.err" | sed 's/^/    | /'
+fi
+# The estimate of the leak (1.5 MiB kept) within 25% at this rate (about 380 samples).
+est=$(sed -n 's/.*never freed, about \([0-9]*\) bytes.*/\1/p' "$QM_TMP/leak.err")
+if [[ -n $est && $est -gt 1179648 && $est -lt 1966080 ]]; then pass "estimated leak $est bytes (truth 1572864)"
+else fail "estimated leak '${est}' bytes, truth 1572864"; fi
+for kind in leak peak allocated signal1.live; do
+  f=$(ls "$QM_TMP"/p.*."$kind".heap 2>/dev/null | head -1)
+  if [[ -n $f && $(head -c 14 "$f") == "heap profile: " ]] && grep -q '^MAPPED_LIBRARIES:$' "$f"; then
+    pass "$kind profile written ($(basename "$f"))"
+  else
+    fail "$kind profile missing or not a heap profile"; continue
+  fi
+  [[ $have_pprof -eq 1 ]] && pprof_reads "$PROG" "$f" "$kind"
+done
+leak=$(ls "$QM_TMP"/p.*.leak.heap 2>/dev/null | head -1)
+if [[ -n $leak ]]; then
+  # Stack lines with blocks still in use (the first count): exactly two, leak_here's two mallocs.
+  n=$(awk '/^MAPPED_LIBRARIES:/{exit} NR>1 && $1+0>0 {n++} END{print n+0}' "$leak")
+  [[ $n -eq 2 ]] && pass "the leak report holds two stacks" || fail "the leak report holds $n stacks (expected leak_here's 2)"
+  if [[ $have_pprof -eq 1 ]]; then
+    # Functions with bytes of their own (flat > 0): leak_here, nothing else.
+    sites=$(awk '$1+0>0 && NF>=6 {print $6}' "$QM_TMP/pprof.leak.txt" | sort -u | tr '\n' ' ')
+    [[ $sites == "leak_here " ]] && pass "google-pprof: the leak is all in leak_here" || fail "google-pprof leak sites: '$sites' (expected only leak_here)"
+    grep -q ' churn_and_free$' "$QM_TMP/pprof.allocated.txt" && pass "the allocated profile has churn_and_free" || fail "churn_and_free missing from the allocated profile"
+    grep -q ' churn_and_free$' "$QM_TMP/pprof.signal1.live.txt" && pass "the signal's live profile has churn_and_free" || fail "churn_and_free missing from the signal's profile"
+  fi
+fi
+
+# ---- tools/qmalloc-profile: top sites with file:line, and a flame graph ------------------------
+# It installs inferno (cargo) on first use; without cargo and without inferno it cannot run.
+TOOL=$QM_SOURCE_DIR/tools/qmalloc-profile
+if [[ $have_pprof -eq 0 ]]; then
+  echo "SKIP qmalloc-profile: google-pprof cannot be installed here"
+elif ! command -v inferno-flamegraph >/dev/null && [[ ! -x ${CARGO_HOME:-$HOME/.cargo}/bin/inferno-flamegraph ]] && ! command -v cargo >/dev/null; then
+  echo "SKIP qmalloc-profile: inferno-flamegraph is not installed and cargo is not there to install it"
+else
+  QMALLOC_SO=$QMALLOC_SO "$TOOL" --sample 4096 --svg "$QM_TMP/leak.svg" "$PROG" >"$QM_TMP/tool.out" 2>"$QM_TMP/tool.err"
+  st=$?
+  if [[ $st -eq 0 ]] && grep -Eq 'leak_here .*prof_leak\.c:1[67]$' "$QM_TMP/tool.out"; then
+    pass "qmalloc-profile lists leak_here with file:line"
+  else
+    fail "qmalloc-profile: status $st"; head -5 "$QM_TMP/tool.out" "$QM_TMP/tool.err" | sed 's/^/    | /'
+  fi
+  grep -q '<svg' "$QM_TMP/leak.svg" 2>/dev/null && grep -q 'leak_here' "$QM_TMP/leak.svg" &&
+    pass "qmalloc-profile wrote a flame graph with leak_here" || fail "no flame graph SVG with leak_here"
+  "$TOOL" --kind nope "$PROG" 2>"$QM_TMP/bad.err"
+  st=$?
+  [[ $st -ne 0 && $(wc -l <"$QM_TMP/bad.err") -eq 1 ]] && pass "qmalloc-profile: a bad --kind is one line, status $st" ||
+    fail "qmalloc-profile --kind nope: status $st, $(wc -l <"$QM_TMP/bad.err") lines"
+fi
+
+# ---- python3 building a dict -------------------------------------------------------------------
+PY=/usr/bin/python3
+[[ -x $PY ]] || PY=$(command -v python3)
+if [[ -n $PY ]]; then
+  PYTHONMALLOC=malloc LD_PRELOAD=$QMALLOC_SO QMALLOC_PROF_SAMPLE=64K QMALLOC_PROF_DUMP=$QM_TMP/py \
+    "$PY" -c 'd = {i: str(i) * 3 for i in range(300000)}; assert len(d) == 300000' 2>"$QM_TMP/py.err"
+  st=$?
+  f=$(ls "$QM_TMP"/py.*.peak.heap 2>/dev/null | head -1)
+  [[ $st -eq 0 && -n $f ]] && pass "python3 dict under the profiler (status 0, $(basename "$f"))" || fail "python3: status $st, profile '$f'"
+  [[ -n $f && $have_pprof -eq 1 ]] && pprof_reads "$PY" "$f" python3-peak
+else
+  fail "python3 not found"
+fi
+finish

@@ -1,0 +1,374 @@
+/* The heap profiler (src/prof.c, src/prof_dump.c), white-box: the sampling intervals are
+ * exponential with the configured mean (mean and spread over many draws); the estimate of a
+ * sample is unbiased for its size; a sampled allocation's recorded stack holds the function that
+ * called malloc; the unwinder may allocate (a hook inside its frame callback does) without
+ * recursing into the profiler; a dump requested by the signal while the profiler runs is deferred,
+ * not deadlocked, and written when it leaves; sampled blocks work with realloc, malloc_usable_size and sized
+ * frees; the peak is kept; a thread that exits with live samples leaves them valid; a fork child
+ * starts with an empty profile and can free what it inherited. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "prof.h"
+#include "qmalloc.h"
+#include "testutil.h"
+
+/* Every allocation from now on is sampled (rate 1), or none (rate 0). */
+static void set_rate(const char *rate) {
+  CHECK(options_set("prof_sample", 11, rate, strlen(rate), "test"));
+  tcache_self.prof_countdown = 0; /* the next malloc draws with the new rate */
+}
+
+static prof_totals_t totals(void) {
+  prof_totals_t t;
+  prof_totals(&t);
+  return t;
+}
+
+/* ---- intervals and estimates ----------------------------------------------------------------- */
+
+static void test_interval_distribution(void) {
+  const uint64_t rate = 64 << 10;
+  const int n = 200000;
+  uint64_t state = 0x1234567887654321ull;
+  double sum = 0, sum_sq = 0;
+  int below_mean = 0;
+  for (int i = 0; i < n; i++) {
+    double x = (double)prof_draw_interval(&state, rate);
+    sum += x;
+    sum_sq += x * x;
+    below_mean += x < rate;
+  }
+  double mean = sum / n, sd = __builtin_sqrt(sum_sq / n - mean * mean);
+  /* Exponential: standard deviation = mean, P(x < mean) = 1 - 1/e = 0.632. With 200k draws the
+   * standard error of the mean is 0.22% of it; the bounds are over 4 standard errors. */
+  CHECK_MSG(mean > rate * 0.99 && mean < rate * 1.01, "mean interval %.0f, expected %llu", mean, (unsigned long long)rate);
+  CHECK_MSG(sd > rate * 0.97 && sd < rate * 1.03, "standard deviation %.0f, expected %llu", sd, (unsigned long long)rate);
+  double frac = (double)below_mean / n;
+  CHECK_MSG(frac > 0.625 && frac < 0.639, "share below the mean %.4f, expected 0.632", frac);
+  /* Two states give different sequences; one state repeats itself. */
+  uint64_t a = 1, b = 2, a2 = 1;
+  CHECK(prof_draw_interval(&a, rate) != prof_draw_interval(&b, rate));
+  a = 1;
+  CHECK(prof_draw_interval(&a, rate) == prof_draw_interval(&a2, rate));
+}
+
+static void test_estimates(void) {
+  /* A block far smaller than the rate stands for about rate bytes; one far larger for itself. */
+  uint64_t small = prof_estimate_bytes(16, 2 << 20);
+  CHECK_MSG(small > (2 << 20) && small < (2 << 20) + 16, "16 B at 2 MiB estimates %llu", (unsigned long long)small);
+  CHECK_EQ(prof_estimate_bytes(64 << 20, 64 << 10), 64 << 20);
+  /* size = rate: p = 1 - 1/e. */
+  uint64_t equal = prof_estimate_bytes(1 << 20, 1 << 20);
+  CHECK_MSG(equal > 1658000 && equal < 1659000, "1 MiB at 1 MiB estimates %llu (expected 1658880)", (unsigned long long)equal);
+}
+
+/* ---- the recorded stack ---------------------------------------------------------------------- */
+
+/* Reads the dump of `kind` into buf; returns its length. */
+static size_t dump(int kind, char *buf, size_t cap) {
+  char path[] = "/tmp/qm-unit-prof-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  close(fd);
+  CHECK_EQ(qm_prof_dump(path, kind), 0);
+  FILE *f = fopen(path, "r");
+  size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+  buf[n] = '\0';
+  if (f) fclose(f);
+  unlink(path);
+  return n;
+}
+
+static char dump_buf[1 << 20];
+
+/* The stack lines of a dump whose in-use pair is not 0: how many, and whether one of their
+ * frames lies in [lo, hi). */
+static int live_lines(const char *text, uintptr_t lo, uintptr_t hi, int *with_frame) {
+  int lines = 0;
+  *with_frame = 0;
+  const char *line = strchr(text, '\n');
+  while (line != NULL && line[1] != '\0' && line[1] != '\n') {
+    line++;
+    unsigned long long objs = strtoull(line, NULL, 10);
+    const char *at = strchr(line, '@'), *end = strchr(line, '\n');
+    if (objs > 0) {
+      lines++;
+      for (const char *p = at; p != NULL && p < end; p = strstr(p + 1, " 0x")) {
+        if (p == at) continue;
+        uintptr_t pc = (uintptr_t)strtoull(p + 1, NULL, 16);
+        if (pc >= lo && pc < hi) {
+          (*with_frame)++;
+          break;
+        }
+      }
+    }
+    line = end;
+  }
+  return lines;
+}
+
+/* Small and noinline: the return address of its malloc call is within its first 64 bytes. */
+__attribute__((noinline)) void *prof_test_site(size_t n) {
+  void *p = malloc(n);
+  __asm__ volatile("" ::: "memory");
+  return p;
+}
+
+static void test_stack_has_caller(void) {
+  set_rate("1");
+  prof_totals_t before = totals();
+  void *p = prof_test_site(100);
+  prof_totals_t after = totals();
+  CHECK_EQ(after.samples_taken, before.samples_taken + 1);
+  CHECK_EQ(after.live_samples, before.live_samples + 1);
+  set_rate("0");
+  dump(QM_PROF_LIVE, dump_buf, sizeof dump_buf);
+  int with_site;
+  int lines = live_lines(dump_buf, (uintptr_t)prof_test_site, (uintptr_t)prof_test_site + 64, &with_site);
+  CHECK_MSG(lines >= 1 && with_site == 1, "%d live stacks, %d of them through prof_test_site:\n%.400s", lines, with_site, dump_buf);
+  CHECK(strncmp(dump_buf, "heap profile:", 13) == 0 && strstr(dump_buf, "@ heap_v2/") != NULL);
+  CHECK(strstr(dump_buf, "\nMAPPED_LIBRARIES:\n") != NULL);
+  free(p);
+  CHECK_EQ(totals().live_samples, before.live_samples);
+}
+
+/* ---- the unwinder allocates ------------------------------------------------------------------ */
+
+static int hook_depth, hook_max_depth, hook_calls;
+
+static void allocating_hook(void) {
+  hook_depth++;
+  hook_calls++;
+  if (hook_depth > hook_max_depth) hook_max_depth = hook_depth;
+  /* Small and large: both would be sampled at rate 1 if the guard failed. */
+  void *a = malloc(48), *b = malloc(300 << 10);
+  free(a);
+  free(b);
+  hook_depth--;
+}
+
+static void test_unwinder_allocates(void) {
+  set_rate("1");
+  prof_totals_t before = totals();
+  prof_test_unwind_hook = allocating_hook;
+  void *blocks[20];
+  for (int i = 0; i < 20; i++) blocks[i] = prof_test_site(64 + i);
+  prof_test_unwind_hook = NULL;
+  prof_totals_t after = totals();
+  set_rate("0");
+  CHECK(hook_calls >= 20);
+  CHECK_EQ(hook_max_depth, 1);
+  CHECK_EQ(after.samples_taken, before.samples_taken + 20); /* the nested mallocs were not sampled */
+  CHECK_EQ(after.live_samples, before.live_samples + 20);
+  for (int i = 0; i < 20; i++) free(blocks[i]);
+  CHECK_EQ(totals().live_samples, before.live_samples);
+}
+
+/* ---- the dump signal arriving inside the profiler ------------------------------------------------ */
+
+static char signal_prefix[64];
+static int signal_requests;
+
+static bool signal_file_exists(int k) {
+  char path[128];
+  snprintf(path, sizeof path, "%s.%d.signal%d.live.heap", signal_prefix, (int)getpid(), k);
+  return access(path, F_OK) == 0;
+}
+
+/* As if the signal interrupted the unwinder: the profiler's guard is set, so the handler must not
+ * wait for anything, and the dump must come out once the sample is recorded. */
+static void signal_inside_hook(void) {
+  if (signal_requests++ == 0) {
+    prof_dump_request();
+    CHECK(!signal_file_exists(1)); /* deferred, not written from inside */
+  }
+}
+
+static void test_signal_inside_profiler(void) {
+  snprintf(signal_prefix, sizeof signal_prefix, "/tmp/qm-unit-prof-%d", (int)getpid());
+  CHECK(options_set("prof_dump", 9, signal_prefix, strlen(signal_prefix), "test"));
+  set_rate("1");
+  prof_test_unwind_hook = signal_inside_hook;
+  void *p = prof_test_site(100);
+  prof_test_unwind_hook = NULL;
+  set_rate("0");
+  CHECK_EQ(signal_requests >= 1, 1);
+  CHECK(signal_file_exists(1)); /* written as the sample left the profiler */
+  prof_dump_request(); /* outside the profiler: written at once */
+  CHECK(signal_file_exists(2));
+  free(p);
+  for (int k = 1; k <= 2; k++) {
+    char path[128];
+    snprintf(path, sizeof path, "%s.%d.signal%d.live.heap", signal_prefix, (int)getpid(), k);
+    unlink(path);
+  }
+}
+
+/* ---- sampled blocks through the rest of the API ----------------------------------------------- */
+
+static void test_sampled_block_api(void) {
+  set_rate("1");
+  prof_totals_t before = totals();
+  char *p = prof_test_site(100);
+  char *q = prof_test_site(200);
+  char *r = prof_test_site(5000);
+  set_rate("0");
+  CHECK_EQ(totals().live_samples, before.live_samples + 3);
+  CHECK(pagemap_span((uintptr_t)p)->sampled == 1);
+  CHECK(qm_malloc_usable_size(p) >= 100);
+  memset(p, 'x', 100);
+  p = realloc(p, 150); /* moves to an unsampled block: the sample goes */
+  CHECK(p != NULL && p[0] == 'x' && p[99] == 'x');
+  CHECK_EQ(totals().live_samples, before.live_samples + 2);
+  qm_free_sized(q, 200); /* the page map decides, not the size's class */
+  CHECK_EQ(totals().live_samples, before.live_samples + 1);
+  qm_free_sized(r, 5000);
+  CHECK_EQ(totals().live_samples, before.live_samples);
+  /* A large sampled block grown in place or by mremap stays sampled, at its new place and size. */
+  set_rate("1");
+  char *big = prof_test_site(40 << 20); /* a huge block: its own mapping */
+  set_rate("0");
+  prof_totals_t one = totals();
+  CHECK_EQ(one.live_samples, before.live_samples + 1);
+  big[0] = 'b';
+  big = realloc(big, 64 << 20); /* grown by mremap, not copied */
+  CHECK(big != NULL && big[0] == 'b' && pagemap_span((uintptr_t)big)->sampled == 1);
+  prof_totals_t grown = totals();
+  CHECK_EQ(grown.live_samples, one.live_samples);
+  CHECK_MSG(grown.live_est_bytes >= (64u << 20), "after the grow %llu bytes estimated", (unsigned long long)grown.live_est_bytes);
+  free(big);
+  CHECK_EQ(totals().live_samples, before.live_samples);
+  CHECK_EQ(totals().live_est_bytes, before.live_est_bytes);
+  /* The freed pages serve ordinary blocks again, unflagged. */
+  void *s = malloc(300 << 10);
+  CHECK(pagemap_span((uintptr_t)s)->sampled == 0);
+  free(s);
+  free(p);
+  CHECK(qm_prof_dump("/tmp/x", 7) == -1);
+}
+
+/* ---- the peak ---------------------------------------------------------------------------------- */
+
+__attribute__((noinline)) void *prof_test_peak_site(size_t n) {
+  void *p = malloc(n);
+  __asm__ volatile("" ::: "memory");
+  return p;
+}
+
+static void test_peak(void) {
+  set_rate("1");
+  void *blocks[10];
+  for (int i = 0; i < 10; i++) blocks[i] = prof_test_peak_site(3000);
+  for (int i = 0; i < 10; i++) free(blocks[i]);
+  void *one = prof_test_peak_site(3000);
+  set_rate("0");
+  prof_totals_t t = totals();
+  CHECK(t.peak_est_bytes >= 10 * 3000);
+  dump(QM_PROF_PEAK, dump_buf, sizeof dump_buf);
+  /* The peak line of this site holds the 10 blocks (maybe more if the peak was earlier). */
+  const char *line = dump_buf;
+  int found = 0;
+  while ((line = strchr(line, '\n')) != NULL) {
+    line++;
+    int with_site;
+    char copy[4096];
+    const char *end = strchr(line, '\n');
+    size_t len = end ? (size_t)(end - line) : strlen(line);
+    if (len == 0 || len >= sizeof copy - 2) break;
+    snprintf(copy, sizeof copy, "h\n%.*s\n", (int)len, line);
+    if (live_lines(copy, (uintptr_t)prof_test_peak_site, (uintptr_t)prof_test_peak_site + 64, &with_site) && with_site) {
+      found = 1;
+      CHECK_MSG(strtoull(line, NULL, 10) == 10, "peak line: %.*s", (int)len, line);
+    }
+  }
+  CHECK(found);
+  dump(QM_PROF_LIVE, dump_buf, sizeof dump_buf);
+  int with_site;
+  live_lines(dump_buf, (uintptr_t)prof_test_peak_site, (uintptr_t)prof_test_peak_site + 64, &with_site);
+  CHECK_MSG(with_site == 1, "%d live stacks through the site:\n%.2000s", with_site, dump_buf);
+  free(one);
+  /* Allocated since reset: the site is there, then gone after qm_prof_reset. */
+  dump(QM_PROF_ALLOCATED, dump_buf, sizeof dump_buf);
+  live_lines(dump_buf, (uintptr_t)prof_test_peak_site, (uintptr_t)prof_test_peak_site + 64, &with_site);
+  CHECK_EQ(with_site, 2); /* the loop's call and the last one */
+  qm_prof_reset();
+  dump(QM_PROF_ALLOCATED, dump_buf, sizeof dump_buf);
+  live_lines(dump_buf, (uintptr_t)prof_test_peak_site, (uintptr_t)prof_test_peak_site + 64, &with_site);
+  CHECK_EQ(with_site, 0);
+}
+
+/* ---- thread exit and fork ---------------------------------------------------------------------- */
+
+static void *thread_body(void *arg) {
+  void **out = arg;
+  set_rate("1");
+  for (int i = 0; i < 8; i++) out[i] = prof_test_site(1000 + i);
+  return NULL; /* exits with 8 live samples */
+}
+
+static void test_thread_exit(void) {
+  prof_totals_t before = totals();
+  void *blocks[8];
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, thread_body, blocks) == 0);
+  pthread_join(t, NULL);
+  set_rate("0");
+  CHECK(totals().live_samples >= before.live_samples + 8);
+  for (int i = 0; i < 8; i++) {
+    CHECK(((char *)blocks[i])[0] == ((char *)blocks[i])[0]); /* still mapped */
+    free(blocks[i]);
+  }
+  CHECK_EQ(totals().live_samples, before.live_samples);
+}
+
+static void test_fork(void) {
+  set_rate("1");
+  void *kept[5];
+  for (int i = 0; i < 5; i++) kept[i] = prof_test_site(700);
+  set_rate("0");
+  prof_totals_t parent = totals();
+  CHECK(parent.live_samples >= 5);
+  pid_t pid = fork();
+  if (pid == 0) {
+    /* Exit codes say which check failed (the harness counts only in the parent). */
+    prof_totals_t t = totals();
+    if (t.live_samples != 0 || t.samples_taken != 0 || t.live_est_bytes != 0) _exit(10);
+    int with_site;
+    dump(QM_PROF_LIVE, dump_buf, sizeof dump_buf);
+    if (live_lines(dump_buf, 0, UINTPTR_MAX, &with_site) != 0) _exit(11);
+    for (int i = 0; i < 5; i++) free(kept[i]); /* inherited samples: ordinary frees now */
+    set_rate("1");
+    void *p = prof_test_site(100);
+    t = totals();
+    if (t.samples_taken != 1 || t.live_samples != 1) _exit(12);
+    free(p);
+    if (totals().live_samples != 0) _exit(13);
+    _exit(0);
+  }
+  int status = 0;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+  CHECK_EQ(totals().live_samples, parent.live_samples); /* the parent keeps its profile */
+  for (int i = 0; i < 5; i++) free(kept[i]);
+}
+
+int main(void) {
+  init_process();
+  test_interval_distribution();
+  test_estimates();
+  test_stack_has_caller();
+  test_unwinder_allocates();
+  test_signal_inside_profiler();
+  test_peak(); /* before any large sample: the peak must be the one it makes */
+  test_sampled_block_api();
+  test_thread_exit();
+  test_fork();
+  return tu_summary("unit-prof");
+}
