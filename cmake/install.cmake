@@ -4,7 +4,8 @@
 #   lib/libqmalloc.so.MAJOR.MINOR.PATCH (soname libqmalloc.so.MAJOR) + the two symlinks,
 #   lib/libqmalloc.a, include/qmalloc.h + qmalloc_version.h, lib/pkgconfig/qmalloc.pc,
 #   lib/cmake/qmalloc/ (find_package: qmalloc::qmalloc, qmalloc::qmalloc-static),
-#   share/man/man3/qmalloc.3 (generated from docs/ by tools/gen_manpage.py), bin/qmalloc.
+#   share/man/man3/qmalloc.3 (generated from docs/ by tools/gen_manpage.py), bin/qmalloc,
+#   bin/qmalloc-profile.
 # Every installed file is relocatable: the .pc, the CMake package and the launcher locate the
 # rest relative to themselves, so `--prefix` at install time may differ from the configured one.
 # It builds nothing of the library; it only describes targets defined in CMakeLists.txt.
@@ -79,6 +80,8 @@ file(WRITE ${PROJECT_BINARY_DIR}/launcher/qmalloc.new "${QM_LAUNCHER}")
 configure_file(${PROJECT_BINARY_DIR}/launcher/qmalloc.new ${PROJECT_BINARY_DIR}/launcher/qmalloc COPYONLY)
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tools/qmalloc)
 install(PROGRAMS ${PROJECT_BINARY_DIR}/launcher/qmalloc DESTINATION ${CMAKE_INSTALL_BINDIR})
+# The launcher's --profile runs this, from beside it.
+install(PROGRAMS ${PROJECT_SOURCE_DIR}/tools/qmalloc-profile DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 # ---- the loader's cache: a library in /usr/local/lib is found at run time only once ldconfig has
 # seen it. Run it for a real install (no DESTDIR: a staged tree is the packager's business), as

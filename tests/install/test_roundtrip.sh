@@ -36,6 +36,7 @@ else
 fi
 
 expected="bin/qmalloc
+bin/qmalloc-profile
 include/qmalloc.h
 include/qmalloc_version.h
 lib/cmake/qmalloc/qmallocConfig.cmake
