@@ -94,6 +94,7 @@ uint64_t release_wakeups(void) { return __atomic_load_n(&release_state.wakeups, 
 
 void release_after_fork_child(void) {
   pthread_mutex_init(&release_state.lock, NULL);
+  /* The parent had one: so will the child, at its first slow path (if the option still allows). */
+  release_state.requested = release_state.started && option(OPTION_RELEASE_THREAD);
   release_state.started = false;
-  release_state.requested = true; /* the parent had one: so will the child, at its first slow path */
 }

@@ -141,8 +141,12 @@ int main(int argc, char **argv) {
   CHECK(exited_ok(&r) && field(&r, "threads") == 2);
   CHECK_EQ(field(&r, "idle_reclaims"), 0);
   run(&r, "idle-thread", "QMALLOC_TCACHE_IDLE_MS=20");
-  CHECK_MSG(field(&r, "idle_reclaims") >= 1 && field(&r, "idle_reclaimed_bytes") > (64 << 10),
-            "tcache_idle_ms: %lld reclaims, %lld bytes", field(&r, "idle_reclaims"), field(&r, "idle_reclaimed_bytes"));
+  const char *releaser = getenv("QMALLOC_RELEASE_THREAD");
+  if (releaser != NULL && strcmp(releaser, "0") == 0) /* tests/cross: no background releaser there */
+    printf("option_effects: note: tcache_idle_ms not checked: the idle scans run in the background releaser, off here\n");
+  else
+    CHECK_MSG(field(&r, "idle_reclaims") >= 1 && field(&r, "idle_reclaimed_bytes") > (64 << 10),
+              "tcache_idle_ms: %lld reclaims, %lld bytes", field(&r, "idle_reclaims"), field(&r, "idle_reclaimed_bytes"));
   run(&r, "idle-thread", "QMALLOC_OPTIONS=tcache_idle_ms=20,tcache_idle_ms=0");
   CHECK_EQ(field(&r, "idle_reclaims"), 0);
 
