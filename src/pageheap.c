@@ -355,12 +355,9 @@ span_t *pageheap_remap(span_t *span, size_t new_npages) {
 
 /* ---- process life, statistics ---------------------------------------------------------------- */
 
-void pageheap_lock_for_fork(void) { pthread_mutex_lock(&pageheap.lock); }
+void pageheap_lock_for_fork(void) { fork_lock(&pageheap.lock, FORK_SLOT_PAGEHEAP); }
 
-void pageheap_unlock_after_fork(bool child) {
-  if (child) pthread_mutex_init(&pageheap.lock, NULL);
-  else pthread_mutex_unlock(&pageheap.lock);
-}
+void pageheap_unlock_after_fork(bool child) { fork_unlock(&pageheap.lock, FORK_SLOT_PAGEHEAP, child); }
 
 void pageheap_stats(pageheap_stats_t *out) {
   pthread_mutex_lock(&pageheap.lock);
