@@ -254,10 +254,8 @@ QM_EXPORT void *qm_reallocarray(void *ptr, size_t count, size_t size) {
 
 QM_EXPORT int qm_posix_memalign(void **result, size_t alignment, size_t size) {
   if (!is_power_of_two(alignment) || alignment % sizeof(void *) != 0) return EINVAL;
-  int saved = errno;
   void *p = aligned_impl(alignment, size);
-  errno = saved;
-  if (p == NULL) return ENOMEM;
+  if (p == NULL) return errno = ENOMEM; /* glibc leaves ENOMEM in errno too; programs check it */
   *result = p;
   return 0;
 }
