@@ -342,6 +342,9 @@ QM_EXPORT void qm_stats_print(int fd, int format) { stats_print(fd, format); }
 
 /* ================================ the standard names ========================================== */
 
+/* Left out when QM_STD_NAMES is 0 (the sanitizer build: its runtime owns these names). An #if and
+ * not a plain `if (config)`: these are symbol definitions, which only the preprocessor removes. */
+#if QM_STD_NAMES
 #define QM_ALIAS(target) __attribute__((alias(#target), visibility("default"), used))
 void *malloc(size_t size) QM_ALIAS(qm_malloc);
 void free(void *ptr) QM_ALIAS(qm_free);
@@ -357,3 +360,4 @@ size_t malloc_usable_size(void *ptr) QM_ALIAS(qm_malloc_usable_size);
 void free_sized(void *ptr, size_t size) QM_ALIAS(qm_free_sized);
 void free_aligned_sized(void *ptr, size_t alignment, size_t size) QM_ALIAS(qm_free_aligned_sized);
 int malloc_trim(size_t pad) QM_ALIAS(qm_trim);
+#endif

@@ -11,6 +11,9 @@
 #include "internal.h"
 #include "log.h"
 
+/* Only with the standard names (config.h): the sanitizer build's runtime defines these too, and
+ * an #if is the only way to leave a definition out. */
+#if QM_STD_NAMES
 QM_EXPORT struct mallinfo2 mallinfo2(void) {
   stats_snapshot_t s;
   stats_snapshot(&s);
@@ -133,3 +136,4 @@ QM_EXPORT int mallopt(int param, int value) {
       return 1;
   }
 }
+#endif

@@ -153,7 +153,9 @@ static void pageheap_decay(uint64_t now) {
   while ((s = pageheap.oldest) != NULL &&
          (s->freed_ms + decay <= now || pageheap.backed.bytes > retain))
     pageheap_release_span(s);
-  pageheap.next_decay_ms = pageheap.oldest ? pageheap.oldest->freed_ms + decay : UINT64_MAX;
+  /* Atomic: pageheap_maybe_decay reads it without the lock (ThreadSanitizer found the plain store). */
+  __atomic_store_n(&pageheap.next_decay_ms, pageheap.oldest ? pageheap.oldest->freed_ms + decay : UINT64_MAX,
+                   __ATOMIC_RELAXED);
 }
 
 void pageheap_maybe_decay(uint64_t now) {
@@ -167,7 +169,7 @@ size_t pageheap_release_all(void) {
   pthread_mutex_lock(&pageheap.lock);
   size_t before = pageheap.released_bytes_total;
   while (pageheap.oldest != NULL) pageheap_release_span(pageheap.oldest);
-  pageheap.next_decay_ms = UINT64_MAX;
+  __atomic_store_n(&pageheap.next_decay_ms, UINT64_MAX, __ATOMIC_RELAXED);
   size_t released = pageheap.released_bytes_total - before;
   pthread_mutex_unlock(&pageheap.lock);
   return released;
