@@ -385,10 +385,8 @@ QM_EXPORT void *qm_reallocarray(void *ptr, size_t count, size_t size) {
 
 QM_EXPORT int qm_posix_memalign(void **result, size_t alignment, size_t size) {
   if (!is_power_of_two(alignment) || alignment % sizeof(void *) != 0) return EINVAL;
-  int saved = errno;
   void *p = aligned_impl(alignment, size);
-  errno = saved;
-  if (p == NULL) return ENOMEM;
+  if (p == NULL) return errno = ENOMEM; /* glibc leaves ENOMEM in errno too; programs check it */
   *result = p;
   return 0;
 }
@@ -476,6 +474,9 @@ QM_EXPORT void qm_stats_print(int fd, int format) { stats_print(fd, format); }
 
 /* ================================ the standard names ========================================== */
 
+/* Left out when QM_STD_NAMES is 0 (the sanitizer build: its runtime owns these names). An #if and
+ * not a plain `if (config)`: these are symbol definitions, which only the preprocessor removes. */
+#if QM_STD_NAMES
 #define QM_ALIAS(target) __attribute__((alias(#target), visibility("default"), used))
 void *malloc(size_t size) QM_ALIAS(qm_malloc);
 void free(void *ptr) QM_ALIAS(qm_free);
@@ -491,3 +492,4 @@ size_t malloc_usable_size(void *ptr) QM_ALIAS(qm_malloc_usable_size);
 void free_sized(void *ptr, size_t size) QM_ALIAS(qm_free_sized);
 void free_aligned_sized(void *ptr, size_t alignment, size_t size) QM_ALIAS(qm_free_aligned_sized);
 int malloc_trim(size_t pad) QM_ALIAS(qm_trim);
+#endif

@@ -193,12 +193,10 @@ void central_drain_idle_transfer(void) {
 /* ---- process life ------------------------------------------------------------------------- */
 
 void central_lock_for_fork(void) {
-  for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) pthread_mutex_lock(&central_lists[cls].lock);
+  for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) fork_lock(&central_lists[cls].lock, FORK_SLOT_CENTRAL(cls));
 }
 
 void central_unlock_after_fork(bool child) {
-  for (unsigned cls = SIZECLASS_COUNT - 1; cls >= 1; cls--) {
-    if (child) pthread_mutex_init(&central_lists[cls].lock, NULL);
-    else pthread_mutex_unlock(&central_lists[cls].lock);
-  }
+  for (unsigned cls = SIZECLASS_COUNT - 1; cls >= 1; cls--)
+    fork_unlock(&central_lists[cls].lock, FORK_SLOT_CENTRAL(cls), child);
 }

@@ -25,6 +25,12 @@ static const int qm_debug = 1; /* run the <module>_check() invariants on slow pa
 static const int qm_debug = 0;
 #endif
 
+/* QM_STD_NAMES (CMake option, default 1): export malloc, free, ... and the C++ operators. 0 keeps
+ * only the qm_* names, for the sanitizer build, whose runtime defines the standard ones itself. */
+#ifndef QM_STD_NAMES
+#define QM_STD_NAMES 1
+#endif
+
 /* 8 KiB pages, as TCMalloc: a 1-page span holds 1024 8-byte objects, which keeps the span header
  * (64 bytes) under 1% of the memory of the smallest objects, and halves page-map entries. */
 #define PAGE_SHIFT 13

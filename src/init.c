@@ -1,5 +1,5 @@
 /* Process life: one-time initialization (usable before main and from any thread, reentrant for
- * the allocations its own library calls make), and the fork handlers.
+ * the allocations its own library calls make); registers the fork protocol (fork.c).
  * Lock: init_lock for the one-time part. Callers: api.c and tcache.c slow paths. */
 #include <pthread.h>
 #include <stdlib.h>
@@ -10,27 +10,6 @@
 bool init_done;
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool init_hooks_registered;
-
-/* fork: every lock is taken in the documented order before, and released (parent) or
- * re-initialized (child, where only this thread exists) after. */
-static void init_fork_prepare(void) {
-  tcache_lock_for_fork();
-  central_lock_for_fork();
-  pageheap_lock_for_fork();
-}
-
-static void init_fork_release(bool child) {
-  pageheap_unlock_after_fork(child);
-  central_unlock_after_fork(child);
-  tcache_unlock_after_fork(child);
-}
-
-static void init_fork_parent(void) { init_fork_release(false); }
-
-static void init_fork_child(void) {
-  init_fork_release(true);
-  release_after_fork_child();
-}
 
 void init_process(void) {
   if (__atomic_load_n(&init_done, __ATOMIC_ACQUIRE)) return;
@@ -49,7 +28,9 @@ void init_process(void) {
   pthread_mutex_unlock(&init_lock);
   if (register_hooks) {
     /* These may call malloc, which now works. */
-    pthread_atfork(init_fork_prepare, init_fork_parent, init_fork_child);
+    /* At the first malloc, so usually before any other handler: prepare handlers run last
+     * registered first, so ours then runs after those that allocate. */
+    fork_register();
     prof_start(); /* after the line above: its fork lock is taken first, released last */
     if (option(OPTION_STATS) != 0) {
       stats_at_exit_prepare();

@@ -7,6 +7,7 @@
 #ifndef QM_INTERNAL_H
 #define QM_INTERNAL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -161,6 +162,21 @@ void release_poll(void);
 bool release_running(void);
 uint64_t release_wakeups(void); /* times the thread woke (statistics) */
 void release_after_fork_child(void);
+
+/* ---- fork.c: the fork protocol (docs/design.md "Fork") ---- */
+/* One slot per lock the protocol knows, for the record of what prepare took. */
+#define FORK_SLOT_REGISTRY 0
+#define FORK_SLOT_CENTRAL(cls) (cls) /* 1 .. SIZECLASS_COUNT - 1 */
+#define FORK_SLOT_PAGEHEAP SIZECLASS_COUNT
+#define FORK_SLOTS (SIZECLASS_COUNT + 1)
+/* Registers the fork handlers (once, from init_process: pthread_atfork may allocate). */
+void fork_register(void);
+/* For the *_lock_for_fork functions: takes `lock` unless the process is single-threaded or the
+ * forking thread holds it itself (below a signal handler); returns whether it took it. */
+bool fork_lock(pthread_mutex_t *lock, unsigned slot);
+/* For the *_unlock_after_fork functions: the parent releases `lock` if fork_lock took it; the
+ * child re-initializes it in every case. */
+void fork_unlock(pthread_mutex_t *lock, unsigned slot, bool child);
 
 /* ---- init.c ---- */
 extern bool init_done;

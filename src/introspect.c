@@ -5,11 +5,15 @@
 #include <errno.h>
 #include <limits.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <stdio.h>
 
 #include "internal.h"
 #include "log.h"
 
+/* Only with the standard names (config.h): the sanitizer build's runtime defines these too, and
+ * an #if is the only way to leave a definition out. */
+#if QM_STD_NAMES
 QM_EXPORT struct mallinfo2 mallinfo2(void) {
   stats_snapshot_t s;
   stats_snapshot(&s);
@@ -42,8 +46,13 @@ QM_EXPORT struct mallinfo mallinfo(void) {
   return mi;
 }
 
-/* glibc's shape on stderr, then qmalloc's own dump for the detail. */
+/* glibc's shape on stderr, then qmalloc's own dump for the detail. Not a cancellation point, as
+ * glibc's is not: write(2) is one, so a thread cancelled in here would leave the report cut
+ * short; with cancellation disabled the report is whole, and a pending cancel acts at the
+ * caller's next cancellation point (the caller's own state is restored, whatever it was). */
 QM_EXPORT void malloc_stats(void) {
+  int cancel_state;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
   stats_snapshot_t s;
   stats_snapshot(&s);
   log_printf(2, "Arena 0:\nsystem bytes     = %10zu\nin use bytes     = %10zu\n", s.mapped - s.huge_in_use,
@@ -51,6 +60,7 @@ QM_EXPORT void malloc_stats(void) {
   log_printf(2, "Total (incl. mmap):\nsystem bytes     = %10zu\nin use bytes     = %10zu\n", s.mapped, s.in_use);
   log_printf(2, "max mmap regions = %10zu\nmax mmap bytes   = %10zu\n", s.huge_blocks, s.huge_in_use);
   stats_print(2, 0);
+  pthread_setcancelstate(cancel_state, NULL);
 }
 
 /* glibc's XML document (version 1): one heap; sizes are qmalloc's classes with free objects. */
@@ -81,21 +91,49 @@ QM_EXPORT int malloc_info(int options, FILE *out) {
   return 0;
 }
 
-/* glibc's parameters with a qmalloc meaning set the matching option; the others are accepted and
- * ignored, as glibc ignores what it does not implement. Returns 1 on success, 0 on a bad value. */
-QM_EXPORT int mallopt(int param, int value) {
-  init_process();
-  option_id_t id;
-  switch (param) {
-    case M_MMAP_THRESHOLD: id = OPTION_RELEASE_LARGE; break; /* blocks this big get own mappings */
-    case M_TRIM_THRESHOLD: id = OPTION_RETAIN_MAX; break;    /* free bytes kept before release */
-    default: return 1; /* M_MXFAST, M_TOP_PAD, M_MMAP_MAX, M_CHECK_ACTION, M_PERTURB, M_ARENA_* */
-  }
-  if (value < 0) return 0;
+/* ---- mallopt --------------------------------------------------------------------------------- */
+
+/* Sets option id to v (clamped to its range) as if from the environment; false if refused. */
+static bool introspect_set_option(option_id_t id, long long v) {
+  if (v > options_table[id].max) v = options_table[id].max;
   char digits[24];
-  size_t n = log_format(digits, sizeof digits, "%d", value);
+  size_t n = log_format(digits, sizeof digits, "%lld", v);
   const char *name = options_name(id);
   size_t name_len = 0;
   while (name[name_len]) name_len++;
-  return options_set(name, name_len, digits, n, "mallopt") ? 1 : 0;
+  return options_set(name, name_len, digits, n, "mallopt");
 }
+
+/* glibc's parameters and return values (measured against glibc 2.36; docs/options.md lists
+ * each): those with a qmalloc meaning set the matching options, the others are accepted and
+ * change nothing, as glibc accepts parameters it does not implement. glibc reads a negative
+ * threshold as a huge size_t, larger than any heap: "never"; so does qmalloc. Returns 1, or 0
+ * for a value glibc rejects. */
+QM_EXPORT int mallopt(int param, int value) {
+  init_process();
+  switch (param) {
+    case M_TRIM_THRESHOLD:
+      /* Free memory beyond the threshold goes back to the OS on free: qmalloc's retain_max.
+       * Negative (glibc's -1): never; the decay, which glibc does not have, goes to its longest
+       * (an hour: pages nobody reused for that long still go back, docs/options.md says so). */
+      if (value >= 0) return introspect_set_option(OPTION_RETAIN_MAX, value) ? 1 : 0;
+      return introspect_set_option(OPTION_RETAIN_MAX, options_table[OPTION_RETAIN_MAX].max) &&
+                     introspect_set_option(OPTION_DECAY_MS, options_table[OPTION_DECAY_MS].max)
+                 ? 1
+                 : 0;
+    case M_MMAP_THRESHOLD:
+      /* Blocks this big get mappings of their own, unmapped when freed: release_large. */
+      return introspect_set_option(OPTION_RELEASE_LARGE,
+                                   value >= 0 ? value : options_table[OPTION_RELEASE_LARGE].max)
+                 ? 1
+                 : 0;
+    case M_MXFAST:
+      /* No fast bins here; glibc refuses sizes above its largest fast bin (80 * sizeof(size_t) / 4). */
+      return value >= 0 && value <= (int)(80 * sizeof(size_t) / 4) ? 1 : 0;
+    default:
+      /* M_TOP_PAD, M_MMAP_MAX, M_CHECK_ACTION, M_PERTURB, M_ARENA_TEST, M_ARENA_MAX, the unused
+       * M_NLBLKS, M_GRAIN, M_KEEP and any other number: glibc returns 1 for all of them. */
+      return 1;
+  }
+}
+#endif

@@ -41,6 +41,9 @@ static inline void *new_aligned_impl(size_t size, size_t alignment, bool nothrow
   return QM_LIKELY(p != NULL) ? p : new_retry(size, alignment, nothrow);
 }
 
+/* Left out when QM_STD_NAMES is 0 (the sanitizer build, whose runtime defines the operators): an
+ * #if, not a plain `if`, because these are symbol definitions. */
+#if QM_STD_NAMES
 typedef struct { char unused; } nothrow_t_;
 
 QM_EXPORT void *_Znwm(size_t n) { return new_impl(n, false); }
@@ -64,3 +67,4 @@ QM_EXPORT void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t a) { qm_free_ali
 QM_EXPORT void _ZdaPvmSt11align_val_t(void *p, size_t n, size_t a) { qm_free_aligned_sized(p, a, n); }
 QM_EXPORT void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const nothrow_t_ *t) { qm_free(p); }
 QM_EXPORT void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const nothrow_t_ *t) { qm_free(p); }
+#endif

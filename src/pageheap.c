@@ -228,15 +228,18 @@ static void pageheap_decay(uint64_t now) {
   uint64_t decay = (uint64_t)option(OPTION_DECAY_MS);
   size_t retain = (size_t)option(OPTION_RETAIN_MAX);
   span_t *s;
+  /* next_decay_ms is stored atomically: pageheap_maybe_decay reads it without the lock
+   * (ThreadSanitizer found the plain store). */
   while ((s = pageheap.oldest) != NULL && (s->freed_ms + decay <= now || pageheap.backed.bytes > retain)) {
     if (!pageheap_release_span(s, now)) {
       /* The kernel keeps refusing (mlockall): try again one decay interval (at least 1 s) later
        * rather than on every entry, and keep the memory (it stays backed and correct). */
-      pageheap.next_decay_ms = now + (decay > 1000 ? decay : 1000);
+      __atomic_store_n(&pageheap.next_decay_ms, now + (decay > 1000 ? decay : 1000), __ATOMIC_RELAXED);
       return;
     }
   }
-  pageheap.next_decay_ms = pageheap.oldest ? pageheap.oldest->freed_ms + decay : UINT64_MAX;
+  __atomic_store_n(&pageheap.next_decay_ms, pageheap.oldest ? pageheap.oldest->freed_ms + decay : UINT64_MAX,
+                   __ATOMIC_RELAXED);
 }
 
 void pageheap_maybe_decay(uint64_t now) {
@@ -285,7 +288,8 @@ size_t pageheap_release_all(void) {
   /* Each backed span once: one the kernel refuses moves to the newest end and is not retried. */
   for (size_t n = pageheap.free_spans; n > 0 && pageheap.oldest != NULL; n--) pageheap_release_span(pageheap.oldest, now);
   uint64_t decay = (uint64_t)option(OPTION_DECAY_MS);
-  pageheap.next_decay_ms = pageheap.oldest ? pageheap.oldest->freed_ms + decay : UINT64_MAX;
+  __atomic_store_n(&pageheap.next_decay_ms, pageheap.oldest ? pageheap.oldest->freed_ms + decay : UINT64_MAX,
+                   __ATOMIC_RELAXED);
   size_t released = pageheap.released_bytes_total - before;
   /* And the address space of whole free regions: a program that peaked under RLIMIT_AS and shrank
    * can map again (glibc's trim gives back its top chunk the same way). Free runs shorter than
@@ -556,12 +560,9 @@ fail:
 
 /* ---- process life, statistics ---------------------------------------------------------------- */
 
-void pageheap_lock_for_fork(void) { pthread_mutex_lock(&pageheap.lock); }
+void pageheap_lock_for_fork(void) { fork_lock(&pageheap.lock, FORK_SLOT_PAGEHEAP); }
 
-void pageheap_unlock_after_fork(bool child) {
-  if (child) pthread_mutex_init(&pageheap.lock, NULL);
-  else pthread_mutex_unlock(&pageheap.lock);
-}
+void pageheap_unlock_after_fork(bool child) { fork_unlock(&pageheap.lock, FORK_SLOT_PAGEHEAP, child); }
 
 void pageheap_stats(pageheap_stats_t *out) {
   pthread_mutex_lock(&pageheap.lock);

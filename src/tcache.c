@@ -504,16 +504,13 @@ void tcache_free_slow(tcache_t *tc, void *obj, unsigned cls) {
 
 /* ---- process life, statistics ------------------------------------------------------------------ */
 
-void tcache_lock_for_fork(void) { pthread_mutex_lock(&tcache_registry.lock); }
+void tcache_lock_for_fork(void) { fork_lock(&tcache_registry.lock, FORK_SLOT_REGISTRY); }
 
 void tcache_unlock_after_fork(bool child) {
-  if (!child) {
-    pthread_mutex_unlock(&tcache_registry.lock);
-    return;
-  }
+  fork_unlock(&tcache_registry.lock, FORK_SLOT_REGISTRY, child);
+  if (!child) return;
   /* Only the forking thread exists in the child: the other caches' objects are lost to it (as
    * their threads are), and their budgets come back. */
-  pthread_mutex_init(&tcache_registry.lock, NULL);
   tcache_t *self = &tcache_self;
   pthread_mutex_init(&self->reclaim_lock, NULL);
   bool live = self->state == TCACHE_LIVE;

@@ -20,7 +20,7 @@ int main(void) {
   printf("trim %d\n", malloc_trim(0));
   mi = mallinfo2();
   printf("after-trim keepcost %zu\n", mi.keepcost);
-  printf("mallopt %d %d %d\n", mallopt(M_MMAP_THRESHOLD, 1 << 20), mallopt(M_ARENA_MAX, 2), mallopt(M_TRIM_THRESHOLD, -5));
+  printf("mallopt %d %d %d\n", mallopt(M_MMAP_THRESHOLD, 1 << 20), mallopt(M_ARENA_MAX, 2), mallopt(M_MXFAST, 161));
   printf("--xml--\n");
   fflush(stdout);
   malloc_info(0, stdout);

@@ -1,0 +1,96 @@
+/* mallopt (src/introspect.c) against glibc's contract (issue 11; the return values are glibc
+ * 2.36's, measured): every parameter glibc accepts is accepted; M_TRIM_THRESHOLD sets retain_max,
+ * and -1 (or any negative value: glibc reads it as a huge size_t) stops returning memory to the OS
+ * on free, decay included; M_MMAP_THRESHOLD sets release_large (negative: never); M_MXFAST is
+ * refused outside 0..160 as glibc refuses it; the parameters qmalloc has no concept for return 1
+ * and change no option. Effects are checked in the page heap: what a large free releases, and
+ * whether a block gets a mapping of its own. */
+#include <limits.h>
+#include <malloc.h>
+#include <string.h>
+
+#include "internal.h"
+#include "testutil.h"
+
+static pageheap_stats_t heap(void) {
+  pageheap_stats_t s;
+  pageheap_stats(&s);
+  return s;
+}
+
+/* Frees an 8 MiB block (a large span, below release_large) and returns the bytes released. */
+static uint64_t released_by_large_free(void) {
+  void *p = malloc(8u << 20);
+  CHECK(p != NULL);
+  memset(p, 1, 8u << 20);
+  uint64_t before = heap().released_bytes_total;
+  free(p);
+  return heap().released_bytes_total - before;
+}
+
+int main(void) {
+  init_process();
+  long long defaults[OPTION_COUNT];
+  memcpy(defaults, options_values, sizeof defaults);
+
+  /* Parameters without a qmalloc concept: 1 for every value, nothing changes. */
+  static const int ignored[] = {M_TOP_PAD, M_MMAP_MAX, M_CHECK_ACTION, M_PERTURB, M_ARENA_TEST, M_ARENA_MAX,
+                                M_NLBLKS,  M_GRAIN,    M_KEEP,         42,        -9};
+  static const int values[] = {INT_MIN, -1, 0, 1, 160, 1 << 20, INT_MAX};
+  for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
+    for (size_t j = 0; j < sizeof values / sizeof values[0]; j++)
+      CHECK_MSG(mallopt(ignored[i], values[j]) == 1, "mallopt(%d, %d) != 1", ignored[i], values[j]);
+  CHECK_MSG(memcmp(defaults, options_values, sizeof defaults) == 0, "an ignored parameter changed an option");
+
+  /* M_MXFAST: glibc's range 0..80 * sizeof(size_t) / 4. */
+  CHECK_EQ(mallopt(M_MXFAST, -1), 0);
+  CHECK_EQ(mallopt(M_MXFAST, INT_MIN), 0);
+  CHECK_EQ(mallopt(M_MXFAST, 0), 1);
+  CHECK_EQ(mallopt(M_MXFAST, 160), 1);
+  CHECK_EQ(mallopt(M_MXFAST, 161), 0);
+  CHECK_MSG(memcmp(defaults, options_values, sizeof defaults) == 0, "M_MXFAST changed an option");
+
+  /* M_TRIM_THRESHOLD 0, with decay at its default: every free gives memory back at once. */
+  CHECK_EQ(mallopt(M_TRIM_THRESHOLD, 0), 1);
+  CHECK_EQ(option(OPTION_RETAIN_MAX), 0);
+  CHECK_EQ(option(OPTION_DECAY_MS), defaults[OPTION_DECAY_MS]);
+  CHECK_MSG(released_by_large_free() >= (8u << 20), "trim threshold 0: a freed 8 MiB block was not released");
+
+  /* -1 disables trimming on free, even with a decay of 0 set before. */
+  options_values[OPTION_DECAY_MS] = 0;
+  CHECK_EQ(mallopt(M_TRIM_THRESHOLD, -1), 1);
+  CHECK_EQ(option(OPTION_RETAIN_MAX), options_table[OPTION_RETAIN_MAX].max);
+  CHECK_EQ(option(OPTION_DECAY_MS), options_table[OPTION_DECAY_MS].max);
+  uint64_t released = released_by_large_free();
+  CHECK_MSG(released == 0, "trim threshold -1: a free released %llu bytes", (unsigned long long)released);
+  CHECK_EQ(mallopt(M_TRIM_THRESHOLD, INT_MIN), 1);
+  CHECK_EQ(option(OPTION_RETAIN_MAX), options_table[OPTION_RETAIN_MAX].max);
+
+  /* A positive threshold is retain_max in bytes. */
+  CHECK_EQ(mallopt(M_TRIM_THRESHOLD, 1 << 20), 1);
+  CHECK_EQ(option(OPTION_RETAIN_MAX), 1 << 20);
+  CHECK_EQ(mallopt(M_TRIM_THRESHOLD, INT_MAX), 1);
+  CHECK_EQ(option(OPTION_RETAIN_MAX), INT_MAX);
+
+  /* M_MMAP_THRESHOLD: blocks at least this big get a mapping of their own. */
+  CHECK_EQ(mallopt(M_MMAP_THRESHOLD, 1 << 20), 1);
+  CHECK_EQ(option(OPTION_RELEASE_LARGE), 1 << 20);
+  size_t direct = heap().direct_blocks;
+  void *p = malloc(2u << 20);
+  CHECK(p != NULL);
+  CHECK_MSG(heap().direct_blocks == direct + 1, "mmap threshold 1 MiB: a 2 MiB block is not a mapping of its own");
+  free(p);
+  CHECK_EQ(heap().direct_blocks, direct);
+  CHECK_EQ(mallopt(M_MMAP_THRESHOLD, 40 << 20), 1); /* glibc 2.36 takes values above 32 MiB too */
+  CHECK_EQ(option(OPTION_RELEASE_LARGE), 40 << 20);
+  CHECK_EQ(mallopt(M_MMAP_THRESHOLD, 0), 1);
+  CHECK_EQ(option(OPTION_RELEASE_LARGE), 0);
+  CHECK_EQ(mallopt(M_MMAP_THRESHOLD, -1), 1); /* a huge size_t: never */
+  CHECK_EQ(option(OPTION_RELEASE_LARGE), options_table[OPTION_RELEASE_LARGE].max);
+  direct = heap().direct_blocks;
+  p = malloc(64u << 20);
+  CHECK(p != NULL);
+  CHECK_MSG(heap().direct_blocks == direct, "mmap threshold -1: a 64 MiB block still got its own mapping");
+  free(p);
+  return tu_summary("unit-mallopt");
+}
