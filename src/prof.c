@@ -35,6 +35,14 @@ static __thread prof_thread_t prof_self __attribute__((tls_model("initial-exec")
 
 void (*prof_test_unwind_hook)(void);
 
+bool prof_suspend(void) {
+  bool was = prof_self.inside;
+  prof_self.inside = true;
+  return was;
+}
+
+void prof_resume(bool was) { prof_self.inside = was; }
+
 /* ---- the tables (under prof_lock) ---------------------------------------------------------- */
 
 #define PROF_STACK_BUCKETS 4096

@@ -38,6 +38,11 @@ bool prof_should_sample(size_t size);
 /* Records a sampled block (the caller flagged its span): captures the stack with no qmalloc lock
  * held, then takes prof_lock. A nested malloc in the unwinder is served unsampled. */
 void prof_record(void *ptr, size_t size);
+/* The calling thread's allocations are not sampled between these two (qmalloc's own, e.g. the
+ * background releaser's thread, which would otherwise show as a leak). prof_suspend returns what
+ * prof_resume restores. */
+bool prof_suspend(void);
+void prof_resume(bool was);
 /* A flagged block is being freed: drops its sample (nothing if a fork child forgot it). */
 void prof_forget(void *ptr);
 /* A sampled block was resized without a copy (realloc in place or by mremap): the sample follows

@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "internal.h"
+#include "prof.h"
 
 /* How often the thread wakes: the decay and idle scans are due at most this late (one to two
  * periods past decay_ms). Twice a second costs nothing measurable and keeps release timely; shorter
@@ -67,10 +68,12 @@ static void release_start(void) {
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 64 << 10); /* it calls nothing deep */
     pthread_t thread;
+    bool was = prof_suspend(); /* its allocations are qmalloc's, not the program's: no samples */
     /* Marked started even if pthread_create fails: the program runs on as before (slow paths do
      * the housekeeping), without retrying a failing create on every free. */
     if (pthread_create(&thread, &attr, release_main, NULL) == 0) pthread_setname_np(thread, "qmalloc-release");
     pthread_attr_destroy(&attr);
+    prof_resume(was);
     __atomic_store_n(&release_state.started, true, __ATOMIC_RELEASE);
   }
   pthread_mutex_unlock(&release_state.lock);
