@@ -69,7 +69,8 @@ exec 3<>"$QM_TMP/fifo"
 LD_PRELOAD=$QMALLOC_SO sort -S 200M --parallel=2 "$QM_TMP/fifo" >"$QM_TMP/qm3" 2>"$QM_TMP/sort3.err" 3>&- &
 pid=$!
 for ((i = 0; i < 1200; i++)); do # wait for the open (at most 60 s: only a hang would get there)
-  ls -l /proc/$pid/fd 2>/dev/null | grep -q "$QM_TMP/fifo" && break
+  # sort itself (not the forked shell before its exec, which still holds fd 3 on the FIFO)
+  [[ $(readlink /proc/$pid/exe 2>/dev/null) == */sort ]] && ls -l /proc/$pid/fd 2>/dev/null | grep -q "$QM_TMP/fifo" && break
   kill -0 $pid 2>/dev/null || break
   sleep 0.05
 done
