@@ -45,6 +45,7 @@ endfunction()
 # ---- the libraries: one line each -------------------------------------------------------------
 qm_install_library(qmalloc)
 qm_install_library(qmalloc_static)
+qm_install_library(qmalloc_hardened)
 
 # ---- header, CMake package ----------------------------------------------------------------------
 install(FILES ${PROJECT_SOURCE_DIR}/include/qmalloc.h ${PROJECT_BINARY_DIR}/include/qmalloc_version.h

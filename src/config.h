@@ -3,6 +3,7 @@
 #ifndef QM_CONFIG_H
 #define QM_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -13,6 +14,15 @@
 #define QM_COLD __attribute__((cold))
 #define QM_EXPORT __attribute__((visibility("default")))
 #define QM_CACHELINE 64
+
+/* The hardened build (libqmalloc-hardened.so, -DQM_HARDENED=1): canaries, write-after-free checks,
+ * quarantine, protected freed large blocks, guard pages, randomized spans (harden.c,
+ * docs/hardening.md). A constant, tested with a plain if: the default build compiles none of it. */
+#if defined(QM_HARDENED) && QM_HARDENED
+static const bool qm_hardened = true;
+#else
+static const bool qm_hardened = false;
+#endif
 
 #ifdef QM_DEBUG
 static const int qm_debug = 1; /* run the <module>_check() invariants on slow paths */
