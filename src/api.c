@@ -354,11 +354,12 @@ static QM_NOINLINE void quarantine_flush_hardened(void) {
 /* Within its class a small block is resized in place; anything else moves (the old block then
  * goes through the quarantine, or is made inaccessible if large, like any freed block). */
 static QM_NOINLINE void *realloc_hardened(void *ptr, size_t size) {
-  if (ptr == NULL || harden_is_zero(ptr)) return malloc_hardened(size);
+  if (ptr == NULL) return malloc_hardened(size);
   if (size == 0) { /* glibc: frees and returns NULL */
     free_hardened(ptr, 0, false, "realloc()");
     return NULL;
   }
+  if (harden_is_zero(ptr)) return malloc_hardened(size);
   block_t b = block_of(ptr, "realloc()", false);
   size_t old;
   if (b.cls != 0) {
@@ -369,6 +370,15 @@ static QM_NOINLINE void *realloc_hardened(void *ptr, size_t size) {
     }
   } else {
     old = large_usable_hardened(b.span);
+    size_t npages = ((size + PAGE_MASK) >> PAGE_SHIFT) + 1; /* + the guard */
+    /* A huge block moves without a copy (the kernel moves its pages); its guard moves to its new
+     * end. The old range is unmapped: a use of the old pointer faults. */
+    if (b.span->direct && size <= PTRDIFF_MAX && npages * PAGE_SIZE >= (size_t)option(OPTION_RELEASE_LARGE)) {
+      harden_unguard_large(b.span);
+      span_t *moved = pageheap_remap(b.span, npages);
+      harden_guard_large(moved ? moved : b.span);
+      if (moved) return (void *)moved->start;
+    }
   }
   void *fresh = malloc_hardened(size);
   if (fresh == NULL) return NULL; /* the old block stays valid, as C requires */

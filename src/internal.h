@@ -197,9 +197,10 @@ void harden_carve(span_t *span, unsigned cls);
  * cannot be reserved); harden_is_zero tells such addresses (free does nothing with them). */
 void *harden_zero_alloc(void);
 bool harden_is_zero(const void *ptr);
-/* Large spans: the last page made a guard (PROT_NONE); a freed large span made inaccessible;
+/* Large spans: the last page made a guard (PROT_NONE), or accessible again; a freed large span made inaccessible;
  * a span taken from the free sets made accessible again (pageheap.c, under its lock). */
 void harden_guard_large(span_t *span);
+void harden_unguard_large(span_t *span); /* before a huge block is remapped (realloc) */
 void harden_protect_freed(span_t *span);
 void harden_unprotect(span_t *span);
 
