@@ -82,17 +82,37 @@ static uintptr_t *harden_record_at(void *obj, unsigned cls) {
   return (uintptr_t *)((char *)obj + sizeclass_size[cls] - sizeof(uintptr_t));
 }
 
-/* Whether [from, to) of obj is all HARDEN_PATTERN. */
+static const unsigned char harden_pattern_block[4096] = {[0 ... 4095] = HARDEN_PATTERN};
+
+/* Whether [from, to) of obj is all HARDEN_PATTERN. The whole words are OR-ed together without an
+ * early exit and without memcpy (a library call under -fno-builtin: 40% of a hardened malloc-test
+ * run under callgrind), in four independent chains; runs of 256 bytes and more by memcmp (the
+ * check runs on every malloc: an 8 KiB block took 3300 instructions in the word loop). */
 static bool harden_is_pattern(const void *obj, size_t from, size_t to) {
   const unsigned char *p = (const unsigned char *)obj;
   for (; from < to && (from & 7) != 0; from++)
     if (p[from] != HARDEN_PATTERN) return false;
-  for (; from + 8 <= to; from += 8) {
-    uintptr_t w;
-    memcpy(&w, p + from, sizeof w);
-    if (w != HARDEN_PATTERN_WORD) return false;
+  /* Long runs: the C library's memcmp (vectorized) against a block of the pattern. */
+  for (; to - from >= sizeof harden_pattern_block; from += sizeof harden_pattern_block)
+    if (memcmp(p + from, harden_pattern_block, sizeof harden_pattern_block) != 0) return false;
+  if (to - from >= 256) return memcmp(p + from, harden_pattern_block, to - from) == 0;
+  const uint64_t *w = (const uint64_t *)(const void *)(p + from);
+  size_t words = (to - from) / 8;
+  uint64_t diff = 0;
+  size_t i = 0;
+  for (uint64_t d1 = 0, d2 = 0, d3 = 0; ; i += 4) { /* four chains: one word a cycle */
+    if (i + 4 > words) {
+      diff |= d1 | d2 | d3;
+      break;
+    }
+    diff |= w[i] ^ HARDEN_PATTERN_WORD;
+    d1 |= w[i + 1] ^ HARDEN_PATTERN_WORD;
+    d2 |= w[i + 2] ^ HARDEN_PATTERN_WORD;
+    d3 |= w[i + 3] ^ HARDEN_PATTERN_WORD;
   }
-  for (; from < to; from++)
+  for (; i < words; i++) diff |= w[i] ^ HARDEN_PATTERN_WORD;
+  if (diff != 0) return false;
+  for (from += words * 8; from < to; from++)
     if (p[from] != HARDEN_PATTERN) return false;
   return true;
 }
