@@ -19,10 +19,11 @@
  * quarantine, protected freed large blocks, guard pages, randomized spans (harden.c,
  * docs/hardening.md). A constant, tested with a plain if: the default build compiles none of it. */
 #if defined(QM_HARDENED) && QM_HARDENED
-static const bool qm_hardened = true;
+#define QM_HARDENED_BUILD 1 /* the same as a constant expression (array sizes) */
 #else
-static const bool qm_hardened = false;
+#define QM_HARDENED_BUILD 0
 #endif
+static const bool qm_hardened = QM_HARDENED_BUILD;
 
 #ifdef QM_DEBUG
 static const int qm_debug = 1; /* run the <module>_check() invariants on slow paths */

@@ -37,7 +37,7 @@
  * a freed block cannot be predicted by spraying allocations of its size. 1 MiB: the most one
  * thread keeps out of use that way (four of the largest small blocks); mtbench's quick preset
  * runs within 1.3x of the default build with both (docs/hardening.md). 2.3 KiB of TLS a thread. */
-#define HARDEN_QUARANTINE_SLOTS 256
+#define HARDEN_QUARANTINE_SLOTS (QM_HARDENED_BUILD ? 256 : 1) /* the default build's threads carry no ring */
 #define HARDEN_QUARANTINE_BYTES ((size_t)1 << 20)
 
 typedef struct harden_thread_s {
