@@ -5,6 +5,8 @@
 #   lib/libqmalloc.a, include/qmalloc.h + qmalloc_version.h, lib/pkgconfig/qmalloc.pc,
 #   lib/cmake/qmalloc/ (find_package: qmalloc::qmalloc, qmalloc::qmalloc-static),
 #   share/man/man3/qmalloc.3 (generated from docs/ by tools/gen_manpage.py), bin/qmalloc.
+#   The hardened build (docs/hardening.md): lib/libqmalloc-hardened.so.* and its links, and
+#   lib/pkgconfig/qmalloc-hardened.pc (qmalloc::qmalloc-hardened in the CMake package).
 # Every installed file is relocatable: the .pc, the CMake package and the launcher locate the
 # rest relative to themselves, so `--prefix` at install time may differ from the configured one.
 # It builds nothing of the library; it only describes targets defined in CMakeLists.txt.
