@@ -63,6 +63,9 @@ static uint64_t harden_random(void) {
   return x;
 }
 
+/* A random number below n (n > 0): a multiply and a shift, not a division. */
+static uint32_t harden_below(uint32_t n) { return (uint32_t)(((harden_random() >> 32) * n) >> 32); }
+
 /* ---- the one-line errors of the hardened build (check.c's format) ---------------------------- */
 
 static QM_NOINLINE QM_COLD __attribute__((noreturn)) void harden_fail_overflow(const char *call, const void *obj) {
@@ -224,7 +227,7 @@ void *harden_quarantine_evict(size_t incoming, unsigned *cls) {
   harden_thread_t *t = &harden_self;
   if (t->closed || t->count == 0) return NULL;
   if (t->count < HARDEN_QUARANTINE_SLOTS && incoming <= HARDEN_QUARANTINE_BYTES - t->bytes) return NULL;
-  return harden_leave((uint32_t)(harden_random() % t->count), cls);
+  return harden_leave(harden_below(t->count), cls);
 }
 
 bool harden_quarantine_put(void *obj, unsigned cls) {
@@ -279,7 +282,7 @@ void harden_carve(span_t *span, unsigned cls) {
   }
   for (uint32_t i = 0; i < n; i++) order[i] = (uint16_t)i;
   for (uint32_t i = n - 1; i > 0; i--) { /* Fisher-Yates */
-    uint32_t j = (uint32_t)(harden_random() % (i + 1));
+    uint32_t j = harden_below(i + 1);
     uint16_t tmp = order[i];
     order[i] = order[j];
     order[j] = tmp;
