@@ -36,8 +36,8 @@
  * leave at each is 1/256), long enough for the common use after free (the freeing function's caller
  * still holds the pointer) to meet the pattern check instead of a new owner, and the next owner of
  * a freed block cannot be predicted by spraying allocations of its size. 1 MiB: the most one
- * thread keeps out of use that way (four of the largest small blocks); mtbench's quick preset
- * runs within 1.3x of the default build with both (docs/hardening.md). 2.3 KiB of TLS a thread. */
+ * thread keeps out of use that way (four of the largest small blocks): peak RSS 1.1 to 1.3x the
+ * default build's on mtbench's quick preset (docs/hardening.md). 2.3 KiB of TLS a thread. */
 #define HARDEN_QUARANTINE_SLOTS (QM_HARDENED_BUILD ? 256 : 1) /* the default build's threads carry no ring */
 #define HARDEN_QUARANTINE_BYTES ((size_t)1 << 20)
 
