@@ -15,7 +15,6 @@
 bool api_verify_sizes; /* check=2: sized frees verify the size against the page map */
 
 static void *malloc_slow(size_t size);
-static void *malloc_tick(size_t size, tcache_list_t *list);
 static void free_slow(void *ptr, unsigned expected);
 static void free_push_slow(void *ptr, tcache_list_t *list);
 /* The hardened build's malloc and free (qm_hardened: every call leaves the fast paths). */
@@ -40,15 +39,14 @@ QM_INLINE tcache_list_t *tcache_list_at(size_t offset) {
 
 QM_INLINE tcache_list_t *tcache_list_of(unsigned cls) { return tcache_list_at((size_t)cls * sizeof(tcache_list_t)); }
 
-/* malloc stays here when: size <= SMALL_MAX, this thread's list for its class is not due for its
- * tick, has an object above its floor (the low-water mark, types.h), and is not being taken back
+/* malloc stays here when: size <= SMALL_MAX, this thread's list for its class has an object above
+ * its floor (the low-water mark, types.h), and is not being taken back
  * by another thread (the window, tcache_window.h). (A thread whose cache is not set up yet, or is
  * exiting, has empty lists.) The object handed out must carry its free tag, which is cleared
  * (freelist.h): a list whose link was overwritten stops the program here. */
 QM_INLINE void *malloc_plain(size_t size) {
   if (QM_LIKELY(size <= SMALL_MAX)) {
     tcache_list_t *list = tcache_list_at(sizeclass_list_offset_of(size));
-    if (QM_UNLIKELY((int16_t)--list->tick < 0)) return malloc_tick(size, list);
     uint16_t before;
     /* The head is read before the pop's mark: a pop that gives up does not use it, and the
      * head-to-next chain starts earlier (malloc-test 3% faster, measured). */
@@ -101,7 +99,9 @@ QM_INLINE void free_fast(void *ptr, unsigned expected) {
   if (QM_LIKELY(leaf != NULL)) {
     uintptr_t entry = __atomic_load_n(&leaf->small[(addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], __ATOMIC_RELAXED);
     unsigned cls = entry & 0xff;
-    uint32_t offset = (uint32_t)(addr + cls) - (uint32_t)entry; /* from the span's first object */
+    /* From the span's first object: addr is on a page of that span, so the offset is below the
+     * span's length (< 2^32, which the divisibility test requires) without truncating. */
+    uint64_t offset = addr + cls - entry;
     uint64_t magic = sizeclass_magic[cls];
     if (QM_LIKELY(offset * magic < magic && (expected == 0 || cls == expected))) {
       free_push(ptr, cls);
@@ -136,13 +136,6 @@ static void *alloc_large(size_t size, size_t alignment, bool *zeroed) {
   if (span == NULL) return fail_enomem();
   if (qm_hardened) harden_guard_large(span);
   return (void *)span->start;
-}
-
-/* Every TCACHE_TICK_POPS pops of a list: the housekeeping that otherwise waits for a slow path. */
-static QM_NOINLINE void *malloc_tick(size_t size, tcache_list_t *list) {
-  list->tick = TCACHE_TICK_POPS;
-  tcache_housekeeping();
-  return malloc_slow(size);
 }
 
 static QM_NOINLINE void *malloc_slow(size_t size) {
@@ -229,8 +222,12 @@ static QM_NOINLINE void free_slow(void *ptr, unsigned expected) {
   if (ptr == NULL) return;
   block_t b = block_of(ptr, expected ? "free_sized()" : "free()", true);
   if (expected != 0 && b.cls != expected) check_fail_size("free_sized()", sizeclass_size[expected], ptr);
-  if (b.cls != 0) free_push(ptr, b.cls);
-  else pageheap_free(b.span);
+  if (b.cls != 0) {
+    free_push(ptr, b.cls);
+  } else {
+    pageheap_free(b.span);
+    release_poll();
+  }
 }
 
 static void *calloc_impl(size_t count, size_t size) {
@@ -471,8 +468,10 @@ static QM_NOINLINE void free_sized_slow(void *ptr, size_t size, size_t alignment
   if (ptr == NULL) return;
   block_t b = block_of(ptr, "free_sized()", true);
   unsigned expected = size > SMALL_MAX ? 0 : alignment > 16 ? sizeclass_for_aligned(size, alignment) : sizeclass_of(size);
-  size_t pages = size ? (size + PAGE_MASK) >> PAGE_SHIFT : 1; /* as alloc_large rounds */
-  bool named = b.cls != 0 ? expected == b.cls : expected == 0 && pages == b.span->npages;
+  /* as alloc_large rounds; a huge block's mapping is also rounded to whole kernel pages */
+  size_t pages = size ? (size + PAGE_MASK) >> PAGE_SHIFT : 1;
+  size_t slack = b.span != NULL && b.span->direct && os_page_size() > PAGE_SIZE ? os_page_size() / PAGE_SIZE : 1;
+  bool named = b.cls != 0 ? expected == b.cls : expected == 0 && pages <= b.span->npages && b.span->npages - pages < slack;
   if (!named) check_fail_size("free_sized()", size, ptr);
   if (b.cls != 0) free_push(ptr, b.cls);
   else pageheap_free(b.span);

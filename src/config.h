@@ -13,6 +13,11 @@
 #define QM_NOINLINE __attribute__((noinline))
 #define QM_COLD __attribute__((cold))
 #define QM_EXPORT __attribute__((visibility("default")))
+/* What structs shared between threads (central_t) are aligned to, against false sharing. 64 bytes:
+ * the line of x86-64 and of most aarch64 cores (Neoverse, Cortex-A). Some aarch64 parts have longer
+ * lines (Apple M-series and Cavium ThunderX 128 bytes, Fujitsu A64FX 256), and Intel's adjacent-line
+ * prefetcher pairs 64-byte lines: there two neighbours can still share a unit. Kept at 64 (no
+ * measurement on those parts says the padding pays); only speed depends on it, never correctness. */
 #define QM_CACHELINE 64
 
 /* The hardened build (libqmalloc-hardened.so, -DQM_HARDENED=1): canaries, write-after-free checks,
@@ -66,12 +71,11 @@ static const int qm_debug = 0;
 /* Budget a thread cache starts with, and the step by which it grows or is stolen. */
 #define TCACHE_START_SIZE ((size_t)256 << 10)
 #define TCACHE_STEAL_STEP ((size_t)64 << 10)
-/* Every this many pops of one list, malloc passes its slow path once (the tick): page decay and
- * idle scans run on slow paths, and a thread whose mallocs all hit would otherwise never run
- * them. Summed over lists, a thread ticks about once per 4096 mallocs (two clock reads and a
- * slow-path pop: about 0.02 ns per malloc). 16384 left mtbench's idle-threads main thread (16k
- * mallocs a second over ~60 classes) one tick a second, too few for decay to follow in 8 s. */
-#define TCACHE_TICK_POPS 4096
+
+/* Free backed bytes in the page heap at which the background releaser (release.c) is started:
+ * below it, what the decay would give back is not worth a thread (and a small program never has
+ * one). */
+#define RELEASE_START_BYTES ((size_t)4 << 20)
 
 /* A transfer cache holds at most this many bytes of whole batches per size class, and at most
  * TRANSFER_SLOTS batches: enough to hand a consumer's flushes to a producer in O(1) without

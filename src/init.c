@@ -26,7 +26,10 @@ static void init_fork_release(bool child) {
 
 static void init_fork_parent(void) { init_fork_release(false); }
 
-static void init_fork_child(void) { init_fork_release(true); }
+static void init_fork_child(void) {
+  init_fork_release(true);
+  release_after_fork_child();
+}
 
 void init_process(void) {
   if (__atomic_load_n(&init_done, __ATOMIC_ACQUIRE)) return;

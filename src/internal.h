@@ -44,6 +44,7 @@ span_t *pagemap_span(uintptr_t addr);
 /* Maps the leaves covering [start, start + npages pages); false if out of range or no memory. */
 bool pagemap_ensure(uintptr_t start, size_t npages);
 void pagemap_set_ends(span_t *span);   /* first and last page -> span (small entry 0) */
+void pagemap_set_page(uintptr_t addr, span_t *span); /* one page -> span (small entry 0) */
 void pagemap_clear_ends(span_t *span);
 void pagemap_set_small(span_t *span);  /* every page -> span, with class and index */
 void pagemap_clear_small(span_t *span);
@@ -121,7 +122,7 @@ void tcache_close(tcache_t *tc);
 size_t tcache_reclaim_idle(bool everyone);
 /* What waits for a slow path: page decay (pageheap_maybe_decay), and an idle scan with the
  * transfer-cache drain if tcache_idle_ms passed since the last one. Slow paths call it: refills,
- * flushes, collections, new threads, and the tick (one malloc in about 4096). A scan finds idle
+ * flushes, collections, new threads, and the background releaser (release.c). A scan finds idle
  * the caches that look the same as at the previous one, so a thread that stops operating gives its
  * cache back one to two intervals later, at the first of those events elsewhere. Takes the
  * registry lock (try-lock), central and page-heap locks. */
@@ -148,6 +149,16 @@ typedef struct tcache_totals_s {
   uint64_t reclaims, reclaimed_bytes; /* idle caches taken back, and what they held */
 } tcache_totals_t;
 void tcache_totals(tcache_totals_t *out, size_t *objects_per_class, tcache_thread_stats_t *threads, size_t max_threads);
+
+/* ---- release.c: the background releaser ---- */
+/* Asks for the releaser thread (something to release appeared); one load once it runs. */
+void release_request(void);
+/* Starts it if asked for. Call with no allocator lock held and outside any slow-path window (it may
+ * create a thread, which allocates). */
+void release_poll(void);
+bool release_running(void);
+uint64_t release_wakeups(void); /* times the thread woke (statistics) */
+void release_after_fork_child(void);
 
 /* ---- api.c ---- */
 extern bool api_verify_sizes;
@@ -217,7 +228,7 @@ typedef struct stats_snapshot_s {
   size_t small_in_use, large_in_use, huge_in_use, huge_blocks, free_spans, threads;
   intptr_t unclaimed_budget;
   uint64_t refills, flushes, gc_runs, idle_reclaims, idle_reclaimed_bytes, release_calls, released_bytes_total;
-  uint64_t release_failures, unmapped_bytes_total, unmap_failures;
+  uint64_t release_failures, unmapped_bytes_total, unmap_failures, releaser_wakeups;
   size_t class_in_use[SIZECLASS_COUNT], class_free[SIZECLASS_COUNT], class_spans[SIZECLASS_COUNT];
   tcache_thread_stats_t thread[STATS_THREADS_SHOWN]; /* the first live caches (threads counts all) */
 } stats_snapshot_t;

@@ -62,6 +62,10 @@
     "free but not yet returned bytes above which pages are returned at once")                      \
   X(RELEASE_LARGE, release_large, BYTES, 32 * OPTIONS_MIB, 0, 1 * OPTIONS_TIB,                     \
     "large blocks at least this big are returned to the OS as soon as freed (0: every one)")       \
+  X(RELEASE_THREAD, release_thread, BOOL, 1, 0, 1,                                                 \
+    "a background thread returns idle memory when the program makes no allocator calls")          \
+  X(OS_PAGE, os_page, BYTES, 0, 0, 64 * OPTIONS_KIB,                                               \
+    "page size assumed for the kernel when a larger power of two than its own (64K tests a 64 KiB-page system)") \
   X(MIN_ALIGN, min_align, POW2, QM_MIN_ALIGN_DEFAULT, 8, 16,                                       \
     "alignment of the smallest objects; 8 adds an 8-byte class")                                   \
   X(CHECK, check, COUNT, 1, 1, 2,                                                                  \

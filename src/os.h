@@ -10,8 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The kernel's page size (4 KiB on x86-64, up to 64 KiB on aarch64): what mmap aligns to, and
- * what valloc and pvalloc mean by a page. */
+/* The kernel's page size (4 KiB on x86-64; 4, 16 or 64 KiB on aarch64), read at start, or the
+ * os_page option if that is larger (a test runs a 4 KiB machine as a 64 KiB one): what mappings are
+ * aligned to, the unit the kernel releases and protects, and what valloc and pvalloc mean by a
+ * page. A power of two; qmalloc's own pages (PAGE_SIZE, 8 KiB) may be smaller. */
 size_t os_page_size(void);
 
 /* How a mapping is charged against the kernel's overcommit policy. */
@@ -21,9 +23,31 @@ typedef enum {
   OS_SPARSE   /* metadata touched only where memory is (page-map leaves): MAP_NORESERVE */
 } os_map_kind_t;
 
+/* Inaccessible pages kept next to a mapping: an overflow off its end faults instead of running into
+ * whatever the kernel put there. */
+typedef enum {
+  OS_GUARD_NONE,
+  OS_GUARD_AFTER,  /* page-heap chunks: one guard after (their spans sit side by side inside) */
+  OS_GUARD_AROUND  /* huge blocks: one before and one after */
+} os_guard_t;
+
+/* Bytes of one guard: a qmalloc page, or the kernel's page if that is larger (a guard must be a
+ * whole kernel page to be protected on its own). A multiple of PAGE_SIZE. */
+size_t os_guard_size(void);
 /* Maps `size` bytes of zeroed, readable and writable memory aligned to `alignment` (a power of
- * two, at least PAGE_SIZE); only `size` bytes stay mapped. NULL if the kernel refused. */
-void *os_map(size_t size, size_t alignment, os_map_kind_t kind);
+ * two, at least PAGE_SIZE), with the guards asked for (PROT_NONE, not counted as mapped); only
+ * `size` bytes and the guards stay mapped. NULL if the kernel refused. */
+void *os_map(size_t size, size_t alignment, os_map_kind_t kind, os_guard_t guard);
+/* Maps `size` bytes of zeroed memory (OS_COMMIT) ending exactly at `end` (both multiples of the
+ * kernel page), only if nothing is mapped there: so that the page heap grows as one region whose
+ * free runs coalesce across chunks. NULL if the range is taken or the kernel refused. */
+void *os_map_below(uintptr_t end, size_t size);
+/* Unmaps a mapping made with guards, guards included. */
+bool os_unmap_guarded(void *addr, size_t size, os_guard_t guard);
+/* Unmaps a guard (addr, os_guard_size() bytes), not counted as mapped. */
+bool os_unmap_guard(void *addr);
+/* Turns the first os_guard_size() bytes at addr, part of a mapping of ours, into a guard. */
+bool os_protect_guard(void *addr);
 /* Unmaps; false if the kernel refused (e.g. the map-count limit: unmapping part of a merged
  * mapping splits it), in which case the range is still mapped and still the caller's. */
 bool os_unmap(void *addr, size_t size);

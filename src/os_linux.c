@@ -18,34 +18,49 @@
 #include "internal.h"
 #include "os.h"
 
+/* The kernel's own page: what mmap really aligns to. */
+static size_t os_kernel_page(void) {
+  static size_t kernel;
+  if (kernel == 0) kernel = (size_t)sysconf(_SC_PAGESIZE);
+  return kernel;
+}
+
 size_t os_page_size(void) {
-  static size_t cached;
-  if (cached == 0) cached = (size_t)sysconf(_SC_PAGESIZE);
-  return cached;
+  size_t assumed = (size_t)option(OPTION_OS_PAGE), kernel = os_kernel_page();
+  return assumed > kernel && (assumed & (assumed - 1)) == 0 ? assumed : kernel;
 }
 
 static int os_flags(os_map_kind_t kind) {
   return MAP_PRIVATE | MAP_ANONYMOUS | (kind == OS_SPARSE ? MAP_NORESERVE : 0);
 }
 
-void *os_map(size_t size, size_t alignment, os_map_kind_t kind) {
+size_t os_guard_size(void) {
+  size_t kernel_page = os_page_size();
+  return kernel_page > PAGE_SIZE ? kernel_page : PAGE_SIZE;
+}
+
+void *os_map(size_t size, size_t alignment, os_map_kind_t kind, os_guard_t guard) {
   int saved = errno;
   char *result = NULL;
-  size_t kernel_page = os_page_size();
-  if (alignment <= kernel_page) {
+  size_t kernel_page = os_kernel_page();
+  if (alignment < os_page_size()) alignment = os_page_size(); /* mappings start on a (assumed) page */
+  size_t before = guard == OS_GUARD_AROUND ? os_guard_size() : 0, after = guard != OS_GUARD_NONE ? os_guard_size() : 0;
+  if (alignment <= kernel_page && guard == OS_GUARD_NONE) {
     char *p = mmap(NULL, size, PROT_READ | PROT_WRITE, os_flags(kind), -1, 0);
     if (p != MAP_FAILED) result = p;
   } else {
-    /* Reserve enough to move the start up to `alignment`, map the aligned part over the
-     * reservation, and give back the slack at both ends. */
-    size_t reserve = size + alignment - kernel_page;
+    /* Reserve enough to move the start up to `alignment` with the guards on both sides, map the
+     * aligned part over the reservation (the guards stay reserved PROT_NONE), and give back the
+     * slack at both ends. */
+    size_t slack = alignment > kernel_page ? alignment - kernel_page : 0;
+    size_t reserve = before + size + after + slack;
     char *r = reserve < size ? MAP_FAILED : mmap(NULL, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (r != MAP_FAILED) {
-      uintptr_t aligned = ((uintptr_t)r + alignment - 1) & ~(uintptr_t)(alignment - 1);
+      uintptr_t aligned = ((uintptr_t)r + before + alignment - 1) & ~(uintptr_t)(alignment - 1);
       char *p = mmap((void *)aligned, size, PROT_READ | PROT_WRITE, os_flags(kind) | MAP_FIXED, -1, 0);
-      uintptr_t end = (uintptr_t)r + reserve, used_end = aligned + size;
-      bool trimmed = (aligned == (uintptr_t)r || munmap(r, aligned - (uintptr_t)r) == 0) &&
-                     (end == used_end || munmap((void *)used_end, end - used_end) == 0);
+      uintptr_t keep_start = aligned - before, end = (uintptr_t)r + reserve, keep_end = aligned + size + after;
+      bool trimmed = (keep_start == (uintptr_t)r || munmap(r, keep_start - (uintptr_t)r) == 0) &&
+                     (end == keep_end || munmap((void *)keep_end, end - keep_end) == 0);
       if (p != MAP_FAILED && trimmed) {
         result = p;
       } else if (munmap(r, reserve) != 0) {
@@ -58,6 +73,44 @@ void *os_map(size_t size, size_t alignment, os_map_kind_t kind) {
   errno = saved;
   if (result != NULL) stats_mapped_add((intptr_t)size);
   return result;
+}
+
+void *os_map_below(uintptr_t end, size_t size) {
+  if (end < size || end % os_page_size() != 0) return NULL;
+  int saved = errno;
+  void *want = (void *)(end - size);
+  char *p = mmap(want, size, PROT_READ | PROT_WRITE, os_flags(OS_COMMIT) | MAP_FIXED_NOREPLACE, -1, 0);
+  if (p != MAP_FAILED && p != want) { /* a kernel before 4.17 takes the address as a hint only */
+    munmap(p, size);
+    p = MAP_FAILED;
+  }
+  errno = saved;
+  if (p == MAP_FAILED) return NULL;
+  stats_mapped_add((intptr_t)size);
+  return p;
+}
+
+bool os_unmap_guarded(void *addr, size_t size, os_guard_t guard) {
+  size_t before = guard == OS_GUARD_AROUND ? os_guard_size() : 0, after = guard != OS_GUARD_NONE ? os_guard_size() : 0;
+  int saved = errno;
+  bool ok = munmap((char *)addr - before, before + size + after) == 0;
+  errno = saved;
+  if (ok) stats_mapped_add(-(intptr_t)size);
+  return ok;
+}
+
+bool os_unmap_guard(void *addr) {
+  int saved = errno;
+  bool ok = munmap(addr, os_guard_size()) == 0;
+  errno = saved;
+  return ok;
+}
+
+bool os_protect_guard(void *addr) {
+  int saved = errno;
+  bool ok = mprotect(addr, os_guard_size(), PROT_NONE) == 0;
+  errno = saved;
+  return ok;
 }
 
 bool os_unmap(void *addr, size_t size) {

@@ -34,7 +34,18 @@ static struct {
   uint64_t release_failures, unmap_failures; /* calls the kernel refused (the memory was kept) */
   uint64_t unmapped_bytes_total;             /* address space of free spans given back */
   uint64_t next_decay_ms;  /* no backed span is due for release before this time */
+  uintptr_t region_low;    /* start of the last chunk mapped: the next one is tried right below */
 } pageheap = {.lock = PTHREAD_MUTEX_INITIALIZER, .next_decay_ms = UINT64_MAX};
+
+/* The page-map entry of every page of a chunk's guard (SPAN_GUARD): never free, so no span
+ * coalesces across it, and pageheap_unmap_free knows to unmap it with the span before it. */
+static span_t pageheap_guard = {.state = SPAN_GUARD};
+
+/* Points the page-map entries of the guard at `at` to `guard` (NULL: clears them). Requires the
+ * lock and the page-map leaves. */
+static void pageheap_set_guard(uintptr_t at, span_t *guard) {
+  for (size_t i = 0; i < os_guard_size() / PAGE_SIZE; i++) pagemap_set_page(at + i * PAGE_SIZE, guard);
+}
 
 /* ---- free sets --------------------------------------------------------------------------- */
 
@@ -44,6 +55,22 @@ static size_t pageheap_list_index(size_t npages) {
 
 static free_set_t *pageheap_set_of(span_t *span) {
   return span->state == SPAN_FREE_BACKED ? &pageheap.backed : &pageheap.released;
+}
+
+/* npages rounded up to whole kernel pages (os_page_size() may be larger than PAGE_SIZE). */
+static size_t pageheap_round_to_os_pages(size_t npages) {
+  size_t per = os_page_size() > PAGE_SIZE ? os_page_size() / PAGE_SIZE : 1;
+  return (npages + per - 1) / per * per;
+}
+
+/* The part of a span made of whole kernel pages (os_page_size(), which may be larger than
+ * PAGE_SIZE): [*lo, *hi); false if there is none. */
+static bool pageheap_releasable(const span_t *span, uintptr_t *lo, uintptr_t *hi) {
+  uintptr_t g = os_page_size(), start = span->start, end = start + (uintptr_t)span->npages * PAGE_SIZE;
+  uintptr_t l = (start + g - 1) & ~(g - 1), h = end & ~(g - 1);
+  if (lo) *lo = l;
+  if (hi) *hi = h;
+  return l < h;
 }
 
 static void pageheap_insert(span_t *span) {
@@ -56,7 +83,11 @@ static void pageheap_insert(span_t *span) {
   set->nonempty[i / 64] |= (uint64_t)1 << (i % 64);
   set->bytes += span->npages * PAGE_SIZE;
   pageheap.free_spans++;
-  if (span->state == SPAN_FREE_BACKED) { /* append as the newest */
+  /* A backed span goes on the age list (appended as the newest) if it holds a whole kernel page:
+   * a smaller one (kernel pages larger than qmalloc's) could never be released, and would stop the
+   * decay at the head of the list. */
+  span->aged = span->state == SPAN_FREE_BACKED && pageheap_releasable(span, NULL, NULL);
+  if (span->aged) {
     span->u.age.newer = NULL;
     span->u.age.older = pageheap.newest;
     if (pageheap.newest) pageheap.newest->u.age.newer = span;
@@ -75,7 +106,8 @@ static void pageheap_remove(span_t *span) {
   if (set->lists[i] == NULL) set->nonempty[i / 64] &= ~((uint64_t)1 << (i % 64));
   set->bytes -= span->npages * PAGE_SIZE;
   pageheap.free_spans--;
-  if (span->state == SPAN_FREE_BACKED) {
+  if (span->aged) {
+    span->aged = 0;
     if (span->u.age.newer) span->u.age.newer->u.age.older = span->u.age.older;
     else pageheap.newest = span->u.age.older;
     if (span->u.age.older) span->u.age.older->u.age.newer = span->u.age.newer;
@@ -140,20 +172,51 @@ static bool pageheap_carve(span_t *span, size_t npages) {
 
 /* ---- release to the OS --------------------------------------------------------------------- */
 
-/* Releases one backed span. A span is released (and so known to read as zero, which calloc
- * trusts) only if the kernel dropped its pages; if it refused (mlock'ed memory), the span goes back
- * to the backed set as the newest, so that the decay does not try it again at once. */
+/* Releases one backed span (on the age list). A span is released (and so known to read as zero,
+ * which calloc trusts) only if the kernel dropped its pages; if it refused (mlock'ed memory), the
+ * span goes back to the backed set as the newest, so that the decay does not try it again at once.
+ * Where kernel pages are larger than qmalloc's, only the whole kernel pages inside the span are
+ * released: the span is split, and the edges stay backed (off the age list, since they hold no
+ * whole kernel page; they go back on it when they merge with a neighbour). */
 static bool pageheap_release_span(span_t *span, uint64_t now) {
+  uintptr_t lo, hi;
+  bool releasable = pageheap_releasable(span, &lo, &hi);
   pageheap_remove(span);
-  size_t bytes = span->npages * PAGE_SIZE;
-  if (!os_release((void *)span->start, bytes)) {
+  if (!releasable) { /* nothing whole to give back: stays backed, off the age list */
+    pageheap_insert(span);
+    return true;
+  }
+  if (!os_release((void *)lo, hi - lo)) {
     pageheap.release_failures++;
     span->freed_ms = now;
     pageheap_insert(span); /* as it was: its neighbours did not change */
     return false;
   }
   pageheap.release_calls++;
-  pageheap.released_bytes_total += bytes;
+  pageheap.released_bytes_total += hi - lo;
+  uintptr_t end = span->start + (uintptr_t)span->npages * PAGE_SIZE;
+  if (lo > span->start) { /* the backed head stays, the rest is split off */
+    span_t *rest = span_new(lo, (end - lo) / PAGE_SIZE, SPAN_FREE_BACKED);
+    if (rest == NULL) { /* no header for the split: keep it whole and backed (still correct) */
+      span->freed_ms = now;
+      pageheap_insert(span);
+      return true;
+    }
+    span->npages = (uint32_t)((lo - span->start) / PAGE_SIZE);
+    pageheap_insert(span);
+    span = rest;
+  }
+  if (hi < end) {
+    span_t *tail = span_new(hi, (end - hi) / PAGE_SIZE, SPAN_FREE_BACKED);
+    if (tail == NULL) { /* no header for the split: the span stays backed (still correct) */
+      span->freed_ms = now;
+      pageheap_insert(span);
+      return true;
+    }
+    tail->freed_ms = span->freed_ms;
+    span->npages = (uint32_t)((hi - span->start) / PAGE_SIZE);
+    pageheap_insert(tail);
+  }
   span->state = SPAN_FREE_RELEASED;
   pageheap_insert_coalesced(span);
   return true;
@@ -198,7 +261,10 @@ static size_t pageheap_unmap_free(size_t min_pages, bool backed_too) {
         size_t bytes = s->npages * PAGE_SIZE;
         pageheap_remove(s);
         pagemap_clear_ends(s);
+        uintptr_t end = s->start + bytes;
         if (os_unmap((void *)s->start, bytes)) {
+          /* The chunk's guard goes with the last of its pages: the hole left behind faults too. */
+          if (pagemap_span(end) == &pageheap_guard && os_unmap_guard((void *)end)) pageheap_set_guard(end, NULL);
           span_delete(s);
           unmapped += bytes;
         } else {
@@ -208,6 +274,7 @@ static size_t pageheap_unmap_free(size_t min_pages, bool backed_too) {
     }
   }
   pageheap.unmapped_bytes_total += unmapped;
+  if (unmapped) pageheap.region_low = 0; /* the region may have holes now: the next chunk starts a new one */
   return unmapped;
 }
 
@@ -232,28 +299,41 @@ size_t pageheap_release_all(void) {
 
 /* Maps fresh memory; when the kernel refuses (RLIMIT_AS, overcommit), first gives back the address
  * space of every free span, then tries once more. Requires the lock. */
-static void *pageheap_map(size_t bytes, size_t alignment) {
-  void *p = os_map(bytes, alignment, OS_COMMIT);
-  if (p == NULL && pageheap_unmap_free(1, true) > 0) p = os_map(bytes, alignment, OS_COMMIT);
+static void *pageheap_map(size_t bytes, size_t alignment, os_guard_t guard) {
+  void *p = os_map(bytes, alignment, OS_COMMIT, guard);
+  if (p == NULL && pageheap_unmap_free(1, true) > 0) p = os_map(bytes, alignment, OS_COMMIT, guard);
   return p;
 }
 
-/* Gives back a range that never reached the page map (a failed grow); if even that is refused, the
- * range stays mapped and is counted as mapped: lost to the process, but not to the statistics. */
-static void pageheap_unmap_unused(void *p, size_t bytes) { (void)os_unmap(p, bytes); }
+/* Gives back a range that never reached the page map (a failed mapping); if even that is refused,
+ * the range stays mapped and is counted as mapped: lost to the process, but not to the statistics. */
+static void pageheap_unmap_unused(void *p, size_t bytes, os_guard_t guard) { (void)os_unmap_guarded(p, bytes, guard); }
 
 /* Takes address space from the OS: a new released span (fresh pages are zero and not resident).
- * Requires the lock. */
+ * The heap grows downward as one region where it can: a chunk mapped right below the previous one
+ * needs no guard of its own (the region's guard is at its top end, where overflows run) and its
+ * free runs coalesce with the chunk above, so a 25 MiB block fits where two chunks' free ends meet
+ * (mtbench large-blocks: without it, twice the page faults). Elsewhere, a chunk with its own
+ * guard after it. Requires the lock. */
 static bool pageheap_grow(size_t npages) {
   size_t bytes = npages * PAGE_SIZE;
   if (bytes < OS_CHUNK_SIZE) bytes = OS_CHUNK_SIZE;
-  void *p = pageheap_map(bytes, PAGE_SIZE);
+  os_guard_t guard = OS_GUARD_NONE;
+  void *p = pageheap.region_low ? os_map_below(pageheap.region_low, bytes) : NULL;
+  if (p == NULL) {
+    guard = OS_GUARD_AFTER;
+    p = pageheap_map(bytes, PAGE_SIZE, guard);
+  }
   if (p == NULL) return false;
-  span_t *span = pagemap_ensure((uintptr_t)p, bytes / PAGE_SIZE) ? span_new((uintptr_t)p, bytes / PAGE_SIZE, SPAN_FREE_RELEASED) : NULL;
+  size_t guard_pages = guard == OS_GUARD_AFTER ? os_guard_size() / PAGE_SIZE : 0;
+  span_t *span = pagemap_ensure((uintptr_t)p, bytes / PAGE_SIZE + guard_pages)
+                     ? span_new((uintptr_t)p, bytes / PAGE_SIZE, SPAN_FREE_RELEASED) : NULL;
   if (span == NULL) {
-    pageheap_unmap_unused(p, bytes);
+    (void)os_unmap_guarded(p, bytes, guard);
     return false;
   }
+  if (guard_pages) pageheap_set_guard((uintptr_t)p + bytes, &pageheap_guard);
+  pageheap.region_low = (uintptr_t)p;
   pageheap_insert_coalesced(span);
   return true;
 }
@@ -261,12 +341,13 @@ static bool pageheap_grow(size_t npages) {
 /* A huge block as a mapping of its own, registered under the lock (the mapping is made before: no
  * other thread can be given these addresses while they are mapped). Requires the lock. */
 static span_t *pageheap_alloc_direct(size_t npages, size_t align_pages) {
+  npages = pageheap_round_to_os_pages(npages); /* its guards must sit on kernel pages of their own */
   size_t bytes = npages * PAGE_SIZE;
-  void *p = pageheap_map(bytes, align_pages * PAGE_SIZE);
+  void *p = pageheap_map(bytes, align_pages * PAGE_SIZE, OS_GUARD_AROUND);
   if (p == NULL) return NULL;
   span_t *span = pagemap_ensure((uintptr_t)p, npages) ? span_new((uintptr_t)p, npages, SPAN_LARGE) : NULL;
   if (span == NULL) {
-    pageheap_unmap_unused(p, bytes);
+    pageheap_unmap_unused(p, bytes, OS_GUARD_AROUND);
     return NULL;
   }
   span->direct = 1;
@@ -352,7 +433,7 @@ static void pageheap_free_direct(span_t *span) {
   pageheap.direct_bytes -= bytes;
   pageheap.direct_blocks--;
   pthread_mutex_unlock(&pageheap.lock);
-  bool unmapped = os_unmap((void *)span->start, bytes);
+  bool unmapped = os_unmap_guarded((void *)span->start, bytes, OS_GUARD_AROUND);
   pthread_mutex_lock(&pageheap.lock);
   if (unmapped) {
     span_delete(span);
@@ -391,6 +472,7 @@ void pageheap_free(span_t *span) {
   pageheap_insert_coalesced(span);
   if (release_now) pageheap_release_span(span, now); /* span is the merged span now */
   pageheap_decay(now);
+  if (pageheap.backed.bytes >= RELEASE_START_BYTES) release_request();
   pthread_mutex_unlock(&pageheap.lock);
 }
 
@@ -438,19 +520,28 @@ bool pageheap_resize_in_place(span_t *span, size_t new_npages) {
  * belong to someone else by then. */
 span_t *pageheap_remap(span_t *span, size_t new_npages) {
   if (!span->direct || new_npages == 0 || new_npages > UINT32_MAX) return NULL;
-  size_t new_bytes = new_npages * PAGE_SIZE;
+  new_npages = pageheap_round_to_os_pages(new_npages);
+  if (new_npages == span->npages) return span; /* the same whole kernel pages */
+  size_t new_bytes = new_npages * PAGE_SIZE, guard = os_guard_size();
   pthread_mutex_lock(&pageheap.lock);
   size_t old_bytes = span->npages * PAGE_SIZE;
   uintptr_t start = span->start;
   if (new_bytes <= old_bytes) {
-    if (!os_resize((void *)start, old_bytes, new_bytes)) goto fail;
-  } else if (!pagemap_ensure(start, new_npages) || !os_resize((void *)start, old_bytes, new_bytes)) {
-    void *target = os_map(new_bytes, PAGE_SIZE, OS_COMMIT);
+    /* Shrink in place: the first page past the new end becomes the guard, and the rest of the old
+     * tail goes with the old guard. (A shrink by less than a guard is left to copying.) */
+    if (old_bytes - new_bytes < guard || !os_protect_guard((void *)(start + new_bytes)) ||
+        !os_unmap((void *)(start + new_bytes + guard), old_bytes - new_bytes))
+      goto fail;
+  } else {
+    /* Grow: always a move (the guard after the block is in the way), onto a guarded target. */
+    void *target = os_map(new_bytes, PAGE_SIZE, OS_COMMIT, OS_GUARD_AROUND);
     if (target == NULL) goto fail;
     if (!pagemap_ensure((uintptr_t)target, new_npages) || !os_move((void *)start, old_bytes, new_bytes, target)) {
-      pageheap_unmap_unused(target, new_bytes);
+      pageheap_unmap_unused(target, new_bytes, OS_GUARD_AROUND);
       goto fail;
     }
+    (void)os_unmap_guard((void *)(start - guard));
+    (void)os_unmap_guard((void *)(start + old_bytes));
     start = (uintptr_t)target;
   }
   pagemap_clear_ends(span);

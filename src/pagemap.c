@@ -15,7 +15,7 @@ bool pagemap_ensure(uintptr_t start, size_t npages) {
   if (last >= PAGEMAP_ROOT_LEN) return false;
   for (uintptr_t i = first; i <= last; i++) {
     if (pagemap_root[i] != NULL) continue;
-    pagemap_leaf_t *leaf = os_map(sizeof(pagemap_leaf_t), PAGE_SIZE, OS_SPARSE);
+    pagemap_leaf_t *leaf = os_map(sizeof(pagemap_leaf_t), PAGE_SIZE, OS_SPARSE, OS_GUARD_NONE);
     if (leaf == NULL) return false;
     stats_metadata_add(sizeof(pagemap_leaf_t));
     __atomic_store_n(&pagemap_root[i], leaf, __ATOMIC_RELEASE);
@@ -34,6 +34,8 @@ static void pagemap_set(uintptr_t addr, span_t *span, uintptr_t small) {
   leaf->spans[i] = span;
   __atomic_store_n(&leaf->small[i], small, __ATOMIC_RELEASE);
 }
+
+void pagemap_set_page(uintptr_t addr, span_t *span) { pagemap_set(addr, span, 0); }
 
 void pagemap_set_ends(span_t *span) {
   pagemap_set(span->start, span, 0);

@@ -17,7 +17,7 @@ span_t *span_new(uintptr_t start, size_t npages, span_state_t state) {
     span_free_headers = span->next;
   } else {
     if (span_meta_bump == NULL || span_meta_bump + sizeof(span_t) > span_meta_end) {
-      char *chunk = os_map(SPAN_META_CHUNK, PAGE_SIZE, OS_COMMIT);
+      char *chunk = os_map(SPAN_META_CHUNK, PAGE_SIZE, OS_COMMIT, OS_GUARD_NONE);
       if (chunk == NULL) return NULL;
       stats_metadata_add(SPAN_META_CHUNK);
       span_meta_bump = chunk;

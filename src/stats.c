@@ -47,7 +47,8 @@ size_t stats_mapped(void) { return (size_t)__atomic_load_n(&stats_mapped_bytes, 
   X(released_bytes_total, "bytes released to the OS since start")                               \
   X(release_failures, "releases the kernel refused (the pages stayed resident and dirty)")       \
   X(unmapped_bytes_total, "bytes of address space of free spans unmapped since start")           \
-  X(unmap_failures, "unmaps the kernel refused (the range was kept for reuse)")
+  X(unmap_failures, "unmaps the kernel refused (the range was kept for reuse)")                  \
+  X(releaser_wakeups, "times the background releaser woke (0: not started)")
 
 void stats_snapshot(stats_snapshot_t *s) {
   init_process();
@@ -101,6 +102,7 @@ void stats_snapshot(stats_snapshot_t *s) {
   s->release_failures = ph.release_failures;
   s->unmapped_bytes_total = ph.unmapped_bytes_total;
   s->unmap_failures = ph.unmap_failures;
+  s->releaser_wakeups = release_wakeups();
 }
 
 static void stats_print_text(int fd, const stats_snapshot_t *s) {

@@ -109,6 +109,7 @@ static void tcache_thread_init(tcache_t *tc) {
   if (tc->next) tc->next->prev = tc;
   tcache_registry.head = tc;
   tcache_registry.threads++;
+  if (tcache_registry.threads >= 2) release_request(); /* an idle thread's cache may need taking */
   tc->idle_seen = UINT64_MAX; /* not idle until a scan has seen it */
   pthread_key_t key = tcache_registry.exit_key;
   pthread_mutex_unlock(&tcache_registry.lock);
@@ -149,7 +150,10 @@ tcache_t *tcache_open(void) {
   return tc;
 }
 
-void tcache_close(tcache_t *tc) { window_leave(tc); }
+void tcache_close(tcache_t *tc) {
+  window_leave(tc);
+  release_poll(); /* outside the window: may create the releaser thread */
+}
 
 static void tcache_flush_all(tcache_t *tc) {
   for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) tcache_release_all_of(&tc->lists[cls], cls);

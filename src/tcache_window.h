@@ -21,7 +21,20 @@
  * An add or subtract that raced the compare-and-swap (read before it, wrote after) erases the bit,
  * which the second read sees. On x86-64 each is one instruction, so no preemption falls between
  * its read and its write; it needs no lock prefix because a lost bit is detected, not relied on.
- * Elsewhere they are atomic read-modify-writes (correct, slower).
+ * Elsewhere (aarch64) a plain add is a load and a store, and the membarrier's interrupt can fall
+ * between them: the owner would store a count read before the stop after the taker's second read,
+ * and go on popping a list being taken. So there every mark is an atomic read-modify-write (seq_cst
+ * __atomic: LDADDAL with LSE, an exclusive-pair loop without, through libgcc's out-of-line helper
+ * by default), which never loses the bit, and the argument holds on aarch64's weaker ordering:
+ *   - a pop's subtract reads the latest count, stopped or not, barrier or no barrier; the list's
+ *     loads and stores come after it (its acquire half), and its end is a release store the taker's
+ *     acquire compare-and-swap reads, so a taker that stops a list sees the head that pop left;
+ *   - only a push reads the count with a plain load: that is the push in flight, below;
+ *   - membarrier(2) runs a full barrier (DMB ISH) on every running thread of the process, which
+ *     splits each of the owner's operations into before it (seen by the taker's second read) and
+ *     after it (sees the stop), as on x86-64.
+ * The seq_cst RMW costs aarch64 a call and a stack frame on malloc's fast path (objdump of an
+ * aarch64 build: bl __aarch64_ldadd2_acq_rel); not measured on hardware.
  * A pop in flight makes the count odd, and the compare-and-swap (from even) fails. A push in
  * flight (count read before the bit was set) may still write its object's link and the head,
  * and add to the count, after the second read: it saw the bit too late, but the bit survives its

@@ -17,7 +17,8 @@ typedef enum {
   SPAN_FREE_BACKED,   /* free pages that may be resident (recently used) */
   SPAN_FREE_RELEASED, /* free pages returned to the OS (or never touched) */
   SPAN_SMALL,         /* carved into objects of one size class, owned by central.c */
-  SPAN_LARGE          /* one large object handed to the program */
+  SPAN_LARGE,         /* one large object handed to the program */
+  SPAN_GUARD          /* pagemap.c only: the guard after a page-heap chunk (one static header) */
 } span_state_t;
 
 /* A run of pages. 64 bytes, so the header of a 1-page span of 8-byte objects is 0.8% of it. */
@@ -27,7 +28,7 @@ typedef struct span_s {
   uint8_t sizeclass;   /* SPAN_SMALL only */
   uint8_t state;       /* span_state_t */
   uint8_t direct;      /* SPAN_LARGE: a mapping of its own (huge block), unmapped when freed */
-  uint8_t unused;
+  uint8_t aged;        /* SPAN_FREE_BACKED: on the age list (it holds a whole kernel page to release) */
   struct span_s *next; /* page-heap free list, or the central list of spans with free objects */
   struct span_s *prev;
   union {
@@ -71,7 +72,7 @@ typedef struct tcache_list_s {
   uint16_t max_count;  /* 2 * (maximum length - floor): the maximum grows on misses within the
                         * budget; 0 sends every free to the slow path */
   uint16_t floor;      /* objects; no pop took the list below it since the last collection */
-  uint16_t tick;       /* pops until this list's next tick (housekeeping, see TCACHE_TICK_POPS) */
+  uint16_t unused;     /* keeps the list 16 bytes (one shift from the class) */
 } tcache_list_t;
 _Static_assert(sizeof(tcache_list_t) == 16, "sizeclass_lookup holds class * 16 (SIZECLASS_LOOKUP_SHIFT)");
 

@@ -95,4 +95,67 @@ static inline size_t tu_rss_bytes(void) {
   return (size_t)rss * (size_t)sysconf(_SC_PAGESIZE);
 }
 
+/* How many bytes a release loop churns through ("allocate, write, release: the RSS must stay within
+ * rss_bound"): 512 MiB, eight times the tests' 64 MiB bound. An emulated run (tests/cross/run.sh,
+ * 10-30 times slower) lowers it with QM_TEST_CHURN_MIB, never below twice the bound, so that an
+ * allocator whose release does nothing still grows past the bound and fails. */
+static inline size_t tu_churn_bytes(size_t rss_bound) {
+  size_t churn = (size_t)512 << 20;
+  const char *mib = getenv("QM_TEST_CHURN_MIB");
+  if (mib != NULL && atol(mib) > 0 && ((size_t)atol(mib) << 20) < churn) churn = (size_t)atol(mib) << 20;
+  return churn < 2 * rss_bound ? 2 * rss_bound : churn;
+}
+
+/* ---- running this program again (added for issue 13) -----------------------------------------
+ * Tests that need a fresh process with other settings execute themselves again. Under a user-mode
+ * emulator (qemu-user runs a program but not the programs it executes) the new process must be
+ * started through the emulator too: QM_TEST_EMULATOR holds its command, words separated by
+ * spaces (tests/cross/run.sh sets it). argv[0] is the caller's; envp NULL keeps the environment.
+ * Returns only on failure, as execve does. */
+extern char **environ;
+static inline int tu_exec_self(char *const argv[], char *const envp[]) {
+  char self[4096], words[1024];
+  char *args[64];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1); /* the path, not the link: */
+  if (len <= 0) return -1;                                          /* under valgrind it is valgrind */
+  self[len] = '\0';
+  int n = 0;
+  const char *emulator = getenv("QM_TEST_EMULATOR");
+  if (emulator != NULL && emulator[0] != '\0') {
+    snprintf(words, sizeof words, "%s", emulator);
+    for (char *w = strtok(words, " "); w != NULL && n < 32; w = strtok(NULL, " ")) args[n++] = w;
+  }
+  args[n++] = self;
+  for (int i = 1; argv[i] != NULL && n < 63; i++) args[n++] = argv[i];
+  args[n] = NULL;
+  return execve(args[0], args, envp != NULL ? envp : environ);
+}
+
+/* ---- whether RLIMIT_AS is enforced (added for issue 13) ----------------------------------------
+ * A forked child limits its address space to what it uses plus 64 MiB and maps 256 MiB: the
+ * kernel refuses; a user-mode emulator (qemu-user accepts setrlimit(RLIMIT_AS) and ignores it, the
+ * limit would cap the emulator itself) does not. Tests of running out of address space call this
+ * first and say so when they cannot run. */
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+static inline int tu_address_limit_enforced(void) {
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    unsigned long vm = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f == NULL || fscanf(f, "%lu", &vm) != 1) _exit(2);
+    fclose(f);
+    struct rlimit rl;
+    getrlimit(RLIMIT_AS, &rl);
+    rl.rlim_cur = (rlim_t)vm * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)64 << 20);
+    if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(2);
+    void *p = mmap(NULL, (size_t)256 << 20, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    _exit(p == MAP_FAILED ? 0 : 1);
+  }
+  int status = 0;
+  return pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 #endif

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what a make target needs on a fresh Debian machine, and nothing that is already there.
-# usage: tools/deps.sh build|fastpath|bench|install
+# usage: tools/deps.sh build|fastpath|bench|real|install
 set -euo pipefail
 need_pkgs=()
 want() { # want COMMAND-or-FILE PACKAGE
@@ -17,8 +17,16 @@ case "${1:-build}" in
             want /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 libtcmalloc-minimal4
             want /usr/lib/x86_64-linux-gnu/libmimalloc.so.2 libmimalloc2.0
             python3 -m venv --help >/dev/null 2>&1 || need_pkgs+=(python3-venv) ;;
+  # mtbench's real family (bench/real): the programs it runs under each allocator. Debian's
+  # python3 test suite is a package of its own, named after the python3 version.
+  real)     want perl perl-base; want gcc gcc; want git git; want sqlite3 sqlite3
+            want redis-server redis-server; want redis-benchmark redis-tools
+            if [[ -x /usr/bin/python3 ]]; then
+              v=$(/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+              want "/usr/lib/python$v/test/test_dict.py" "libpython$v-testsuite"
+            else want /usr/bin/python3 python3; fi ;;
   install)  want pkg-config pkgconf; want readelf binutils; want groff groff-base ;; # tests/install
-  *) echo "deps.sh: unknown target '$1' (expected build, fastpath, bench or install)" >&2; exit 2 ;;
+  *) echo "deps.sh: unknown target '$1' (expected build, fastpath, bench, real or install)" >&2; exit 2 ;;
 esac
 [[ ${#need_pkgs[@]} -eq 0 ]] && exit 0
 if [[ $(id -u) -ne 0 ]]; then

@@ -1,17 +1,32 @@
 #!/usr/bin/env bash
 # Fast-path measurements.
-#   tools/fastpath.sh count [QMALLOC_SO]  instructions per malloc+free pair (sizes 16..512) under
-#                                         callgrind, for qmalloc and every installed peer
-#   tools/fastpath.sh asm [QMALLOC_SO]    disassembly of qm_malloc and qm_free
+#   tools/fastpath.sh count [QMALLOC_SO]      instructions per malloc+free pair under callgrind, per
+#                                             size (16 B..32 KiB) and pattern (hot pair, batch of 64,
+#                                             page empties, mixed 16..512), malloc and free apart,
+#                                             for qmalloc and every installed peer
+#   tools/fastpath.sh count A.so B.so ...     the same for the given libraries only, side by side,
+#                                             with the change from the first (before/after); a
+#                                             library may be named: before=old/libqmalloc.so
+#   tools/fastpath.sh asm [QMALLOC_SO]        disassembly of qm_malloc and qm_free
 # Instruction counts are repeatable (callgrind counts, it does not time), so they can be compared
-# across runs and machines of one architecture; docs/fastpath.md keeps the current figures.
+# across runs and machines of one architecture; docs/fastpath.md keeps the current figures and
+# says what the probe (tools/fastpath_bench.c) does.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+usage() { echo "usage: tools/fastpath.sh count|asm [path/to/libqmalloc.so | [NAME=]A.so [NAME=]B.so ...]" >&2; exit 2; }
 mode=${1:-count}
-so=${2:-$here/../build/libqmalloc.so}
-[[ -f "$so" ]] || { echo "fastpath.sh: $so not found (run make first)" >&2; exit 2; }
+shift || true
+case "$mode" in count|asm) ;; *) usage ;; esac
+[[ $# -eq 0 ]] && set -- "$here/../build/libqmalloc.so"
+for arg in "$@"; do
+  so=${arg#*=}
+  [[ "$arg" == *=* && -z "${arg%%=*}" ]] && { echo "fastpath.sh: empty name in '$arg'" >&2; exit 2; }
+  [[ -f "$so" ]] || { echo "fastpath.sh: $so not found (run make first)" >&2; exit 2; }
+done
 case "$mode" in
   asm)
+    [[ $# -eq 1 ]] || usage
+    so=${1#*=}
     for fn in qm_malloc qm_free; do
       echo "== $fn"
       gdb -batch -ex "disassemble $fn" "$so" 2>/dev/null | grep -v '^End\|^Dump' ||
@@ -19,23 +34,110 @@ case "$mode" in
     done ;;
   count)
     command -v valgrind >/dev/null || { echo "fastpath.sh: valgrind is not installed (make fastpath installs it)" >&2; exit 2; }
+    command -v python3 >/dev/null || { echo "fastpath.sh: python3 is not installed (make installs it)" >&2; exit 2; }
     work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
     gcc -O2 -o "$work/probe" "$here/fastpath_bench.c"
-    ir() { # ir LD_PRELOAD ARGS...
-      local pre=$1; shift
-      env ${pre:+LD_PRELOAD=$pre} valgrind --tool=callgrind --toggle-collect=measured_loop \
-        --callgrind-out-file="$work/cg.out" "$work/probe" "$@" >/dev/null 2>&1
-      callgrind_annotate "$work/cg.out" 2>/dev/null | awk '/PROGRAM TOTALS/{gsub(",","",$1); v=$1} END{print v}'
-    }
-    pairs=$((2000 * 32))
-    null=$(ir "" null)
-    printf "%-10s %10s   (loop overhead %.1f instructions subtracted; sizes 16..512)\n" allocator "instr/pair" "$(echo "$null / $pairs" | bc -l)"
-    lib=/usr/lib/x86_64-linux-gnu
-    for entry in "qmalloc=$so" "system=" "mimalloc=$lib/libmimalloc.so.2" "jemalloc=$lib/libjemalloc.so.2" "tcmalloc=$lib/libtcmalloc_minimal.so.4"; do
+    entries=()
+    if [[ $# -eq 1 ]]; then
+      lib=/usr/lib/x86_64-linux-gnu
+      entries=("qmalloc=${1#*=}" "system=" "mimalloc=$lib/libmimalloc.so.2" "jemalloc=$lib/libjemalloc.so.2"
+               "tcmalloc=$lib/libtcmalloc_minimal.so.4")
+    else
+      for arg in "$@"; do
+        if [[ "$arg" == *=* ]]; then entries+=("$arg"); else entries+=("$(basename "$(dirname "$(realpath "$arg")")")/$(basename "$arg")=$arg"); fi
+      done
+    fi
+    outs=()
+    for entry in "${entries[@]}"; do
       name=${entry%%=*}; path=${entry#*=}
-      if [[ -n "$path" && ! -f "$path" ]]; then printf "%-10s %10s\n" "$name" "not installed"; continue; fi
-      total=$(ir "$path")
-      printf "%-10s %10.1f\n" "$name" "$(echo "($total - $null) / $pairs" | bc -l)"
-    done ;;
-  *) echo "usage: tools/fastpath.sh count|asm [path/to/libqmalloc.so]" >&2; exit 2 ;;
+      if [[ -n "$path" && ! -f "$path" ]]; then outs+=("$name="); continue; fi
+      out="$work/cg.${#outs[@]}"
+      # Strings and positions uncompressed, so that the table below can read the file line by line.
+      if ! env ${path:+LD_PRELOAD=$path} valgrind --tool=callgrind --compress-strings=no --compress-pos=no \
+             --callgrind-out-file="$out" "$work/probe" >"$work/log" 2>&1; then
+        echo "fastpath.sh: the probe failed under $name:" >&2; tail -3 "$work/log" >&2; exit 1
+      fi
+      outs+=("$name=$out")
+    done
+    compare=$([[ $# -gt 1 ]] && echo yes || echo no)
+    python3 - "$compare" "${outs[@]}" <<'PY'
+# For every measure_PATTERN_SIZE function of the probe: the inclusive cost of its calls to the
+# allocator's malloc and free (a callee whose name contains "free" is the free), minus the cost of
+# the same calls from null_PATTERN_SIZE (two empty functions), per pair.
+import re, sys
+PAIRS = 16384  # ROUNDS in fastpath_bench.c
+SIZES = ["16", "32", "64", "128", "256", "512", "1024", "4096", "16384", "32768"]
+PATTERNS = [("hot", "hot pair"), ("batch", "batch of 64"), ("empties", "page empties")]
+
+def calls(path):
+    cost = {}  # (caller, "malloc"|"free") -> instructions
+    fn = cfn = None
+    take = False
+    with open(path) as f:
+        for line in f:
+            if line.startswith("fn="):
+                fn = line[3:].strip()
+            elif line.startswith("cfn="):
+                cfn = line[4:].strip()
+            elif line.startswith("calls="):
+                take = True
+            elif take:
+                take = False
+                m = re.match(r"^\S+\s+(\d+)", line)
+                if m and fn and re.match(r"(measure|null)_", fn):
+                    key = (fn, "free" if "free" in cfn.lower() else "malloc")
+                    cost[key] = cost.get(key, 0) + int(m.group(1))
+    return cost
+
+def per_pair(cost, pattern, size):
+    """(malloc, free) instructions per pair, or None when the probe left no such function."""
+    out = []
+    for op in ("malloc", "free"):
+        real = cost.get((f"measure_{pattern}_{size}", op))
+        null = cost.get((f"null_{pattern}_{size}", op))
+        if real is None or null is None:
+            return None
+        out.append((real - null) / PAIRS)
+    return tuple(out)
+
+def cell(v):
+    if v is None:
+        return "-"
+    return f"{v[0] + v[1]:.1f} {v[0]:.0f}+{v[1]:.0f}"
+
+runs = []
+compare = sys.argv[1] == "yes"
+for arg in sys.argv[2:]:
+    name, _, path = arg.partition("=")
+    runs.append((name, calls(path) if path else None))
+labels = [s if int(s) < 1024 else f"{int(s) // 1024}K" for s in SIZES]
+width = max(len(n) for n, _ in runs) + 14
+print("instructions per malloc+free pair: total malloc+free (callgrind; the probe's loop subtracted)")
+print(f"{'allocator / pattern':{width}}" + "".join(f"{l:>17}" for l in labels) + f"{'mixed 16-512':>16}")
+base = None
+for name, cost in runs:
+    if cost is None:
+        print(f"{name:{width}}not installed")
+        continue
+    for pattern, text in PATTERNS:
+        row = [per_pair(cost, pattern, s) for s in SIZES]
+        mixed = per_pair(cost, "mixed", "512") if pattern == "hot" else None
+        print(f"{name + ' ' + text:{width}}" + "".join(f"{cell(v):>17}" for v in row) + f"{cell(mixed) if mixed else '':>16}")
+    if base is None:
+        base = (name, cost)
+    elif compare:
+        # Side by side builds: the change from the first, total per pair.
+        for pattern, text in PATTERNS + [("mixed", "mixed")]:
+            sizes = SIZES if pattern != "mixed" else ["512"]
+            diffs = []
+            for s in sizes:
+                a, b = per_pair(base[1], pattern, s), per_pair(cost, pattern, s)
+                diffs.append(f"{(b[0] + b[1]) - (a[0] + a[1]):+.1f}" if a and b else "-")
+            if pattern == "mixed":
+                print(f"{'  change ' + text:{width}}" + " " * 17 * len(SIZES) + f"{diffs[0]:>16}")
+            else:
+                print(f"{'  change ' + text:{width}}" + "".join(f"{d:>17}" for d in diffs))
+print("mixed 16-512 (in each hot-pair row): one pair of every size from 16 to 512 in steps of 16.")
+PY
+    ;;
 esac

@@ -106,6 +106,23 @@ class BenchData:
             return None
         return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
 
+    def skipped(self, params, alloc):
+        """The reason a program gave for skipping this point (the real family's missing tools), or None."""
+        key = freeze(params)
+        for r in self.runs:
+            if r["allocator"] == alloc and freeze(r["params"]) == key and r["status"] == "ok":
+                reason = (r.get("result") or {}).get("skipped")
+                if reason:
+                    return str(reason).replace("_", " ")
+        return None
+
+    def ratio_to(self, params, alloc, other, metric):
+        """This allocator's median over another's at one point (e.g. peak RSS against the system's)."""
+        m, o = self.cell(params, alloc, metric).median, self.cell(params, other, metric).median
+        if m is None or o is None or o <= 0:
+            return None
+        return m / o
+
     def failures(self, alloc):
         return [(r["status"], r.get("detail", ""), r["params"]) for r in self.runs
                 if r["allocator"] == alloc and r["status"] != "ok"]

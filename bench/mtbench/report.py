@@ -9,7 +9,7 @@ import os
 import statistics
 
 from . import analysis, qmstats, store
-from .benchmarks import Metric
+from .benchmarks import PEAK_RSS, Metric
 
 SUMMARY_NOTE = ("score = geometric mean over the benchmark's parameter points of (best allocator's median / "
                 "this allocator's median), inverted where lower is better: 1.00 means best at every point, "
@@ -36,7 +36,8 @@ def _cell_text(data, params, alloc, metric):
         if cell.failures:
             status, detail = cell.failures[0]
             return f"{status.upper()} ({detail})" if detail else status.upper()
-        return "-"
+        reason = data.skipped(params, alloc)
+        return f"skipped ({reason})" if reason else "-"
     ratio = data.ratio_to_best(params, alloc, metric)
     med = fmt_value(cell.median, metric)
     if ratio is not None and math.isfinite(ratio) and abs(ratio - 1.0) < 1e-12:
@@ -243,6 +244,74 @@ def idle_threads_sections(data):
             + "\n".join(rows) + "\n")
 
 
+def two_phase_idle_section(data):
+    """RSS after the pause with no allocator call, as a share of the peak (issue 15: at most 10%
+    after 12 s), next to what one malloc/free and malloc_trim then give back."""
+    allocs = data.allocators
+    kib = Metric("rss_kb", "", "lower", "{:.0f}")
+    rows = []
+    for p in data.points:
+        cells = []
+        for a in allocs:
+            med = {k: data.cell(p, a, Metric(k, "", "lower")).median
+                   for k in ("idle_pct", "rss_idle_kb", "rss_after_sleep_kb", "rss_after_trim_kb")}
+            if med["idle_pct"] is None:
+                cells.append("-")
+                continue
+            mark = "✓" if med["idle_pct"] <= 10 else "✗"
+            cells.append(f"{med['idle_pct']:.1f}% {mark} ({fmt_value(med['rss_idle_kb'], kib)}); "
+                         f"after a call {fmt_value(med['rss_after_sleep_kb'], kib)}, "
+                         f"after trim {fmt_value(med['rss_after_trim_kb'], kib)}")
+        rows.append(f"| {data.label(p)} | " + " | ".join(cells) + " |")
+    return ("**Memory returned with no allocator call**: RSS after the pause (`sleep`, no allocator call since "
+            "everything was freed) as a share of the peak (and in KiB), target at most 10% (✓/✗); then RSS in KiB after one "
+            "malloc/free and after malloc_trim(0) (medians).\n\n"
+            f"| {' '.join(data.varying_keys())} | " + " | ".join(allocs) + " |\n|---|" + "---|" * len(allocs) + "\n"
+            + "\n".join(rows) + "\n")
+
+
+def against_system_section(data, metric, title, target=None):
+    """One metric of every allocator as a multiple of the system allocator's (glibc's), per point."""
+    if "system" not in data.allocators:
+        return ""
+    allocs = data.allocators
+    rows = []
+    for p in data.points:
+        cells = []
+        for a in allocs:
+            r = data.ratio_to(p, a, "system", metric)
+            cells.append("-" if r is None else f"×{r:.2f}" + ("" if target is None else (" ✓" if r <= target else " ✗")))
+        rows.append(f"| {data.label(p)} | " + " | ".join(cells) + " |")
+    goal = f", target at most ×{target:.2f}" if target else ""
+    return (f"**{title}**: median {metric.label} as a multiple of the system allocator's{goal}.\n\n"
+            f"| {' '.join(data.varying_keys())} | " + " | ".join(allocs) + " |\n|---|" + "---|" * len(allocs) + "\n"
+            + "\n".join(rows) + "\n")
+
+
+def server_mix_sized_section(data):
+    """Per allocator: the rate with C++ sized delete over the rate with plain free (1.00: the
+    unsized free costs nothing more)."""
+    allocs = data.allocators
+    ops = data.bench.metrics[0]
+    rows = []
+    others = sorted({tuple((k, v) for k, v in p.items() if k != "sized") for p in data.points})
+    for rest in others:
+        pair = {s: next((p for p in data.points if p.get("sized") == s
+                         and tuple((k, v) for k, v in p.items() if k != "sized") == rest), None) for s in (0, 1)}
+        if not pair[0] or not pair[1]:
+            continue
+        cells = []
+        for a in allocs:
+            free_rate, sized_rate = data.cell(pair[0], a, ops).median, data.cell(pair[1], a, ops).median
+            cells.append("-" if not free_rate or not sized_rate else f"×{sized_rate / free_rate:.2f}")
+        rows.append(f"| {' '.join(f'{k}={v}' for k, v in rest if k in data.bench.point_keys)} | " + " | ".join(cells) + " |")
+    if not rows:
+        return ""
+    return ("**Sized against unsized free**: malloc+free/s with operator new + sized delete over malloc + free "
+            "(above 1: the unsized free costs that much more).\n\n"
+            "| point | " + " | ".join(allocs) + " |\n|---|" + "---|" * len(allocs) + "\n" + "\n".join(rows) + "\n")
+
+
 # ---- qmalloc's own statistics ---------------------------------------------------------------
 
 HIT_RATE_NOTE = ("Hit rate ≈ 1 − refills / mallocs is only an estimate: qmalloc does not count mallocs, so the "
@@ -270,6 +339,12 @@ def _fmt_count(v):
 def qmalloc_internals_section(data):
     """The "qmalloc internals" table of one benchmark (one per allocator that stored statistics),
     or a line saying why there is none for qmalloc runs, or "" for a benchmark without any."""
+    if not data.bench.own_stats:
+        if any(r["allocator"] == "qmalloc" for r in data.runs):
+            return ("qmalloc internals: not shown for this benchmark: the statistics line qmalloc prints last "
+                    "is the launcher's own, not the measured program's (each process of the tree prints its own "
+                    "to stderr).\n")
+        return ""
     out = []
     ops = data.bench.ops
     for alloc in qmstats.allocators_with_stats(data):
@@ -375,6 +450,12 @@ def render(directory, make_plots=True):
             md.append(false_sharing_sections(data))
         elif name == "idle-threads":
             md.append(idle_threads_sections(data))
+        elif name == "two-phase":
+            md.append(two_phase_idle_section(data))
+        elif name == "prodcons":
+            md.append(against_system_section(data, PEAK_RSS, "Peak RSS against glibc", target=1.15))
+        elif name == "server-mix":
+            md.append(server_mix_sized_section(data))
         for f in plot_files.get(name, []):
             md.append(f"![{name}]({f})\n")
         for metric in b.metrics:

@@ -4,6 +4,7 @@
 #include "bench_common.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -42,9 +43,11 @@ static void print_help(const char *prog, const char *summary, const opt_t *opts)
     char arg[32] = "";
     if (o->kind == OPT_U64) snprintf(arg, sizeof arg, " N");
     else if (o->kind == OPT_DOUBLE) snprintf(arg, sizeof arg, " X");
+    else if (o->kind == OPT_STR) snprintf(arg, sizeof arg, " NAME");
     char def[48] = "";
     if (o->kind == OPT_U64) snprintf(def, sizeof def, " (default %llu)", (unsigned long long)*(uint64_t *)o->target);
     else if (o->kind == OPT_DOUBLE) snprintf(def, sizeof def, " (default %g)", *(double *)o->target);
+    else if (o->kind == OPT_STR && *(const char **)o->target) snprintf(def, sizeof def, " (default %s)", *(const char **)o->target);
     printf("  --%s%s\t%s%s\n", o->name, arg, o->help, def);
   }
   printf("  --help\tthis text\n\nPrints one line: RESULT bench=... key=value ... (see docs/mtbench.md).\n");
@@ -100,7 +103,14 @@ void bench_parse(const char *prog, const char *summary, const opt_t *opts, int a
     }
     const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
     if (!val) bench_usage_error(prog, "--%s needs a value", o->name);
-    if (o->kind == OPT_U64) {
+    if (o->kind == OPT_STR) {
+      /* Names only (they become file names and RESULT values): no paths, blanks or '='. */
+      bool ok = *val != 0 && strlen(val) <= 64;
+      for (const char *c = val; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-')) ok = false;
+      if (!ok) bench_usage_error(prog, "--%s: expected a name of a-z, 0-9 and '-', got '%s'", o->name, val);
+      *(const char **)o->target = val;
+    } else if (o->kind == OPT_U64) {
       uint64_t v;
       if (!parse_u64(val, &v) || (double)v < o->min || (double)v > o->max)
         bench_usage_error(prog, "--%s: expected an integer in [%.0f, %.0f], got '%s'", o->name, o->min, o->max, val);
@@ -173,13 +183,29 @@ double process_cpu_s(void) {
   return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
 }
 
+/* Reads a small /proc file into buf with open/read: no stdio, so no malloc, so the memory figures
+ * can be taken while a program must make no allocator call (two-phase's idle reading). */
+static bool read_proc(const char *path, char *buf, size_t size) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  size_t len = 0;
+  for (ssize_t n; len < size - 1 && (n = read(fd, buf + len, size - 1 - len)) != 0;) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      close(fd);
+      return false;
+    }
+    len += (size_t)n;
+  }
+  close(fd);
+  buf[len] = 0;
+  return true;
+}
+
 uint64_t rss_now_kb(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
-  if (!f) return 0;
+  char buf[256];
   unsigned long long size = 0, resident = 0;
-  int n = fscanf(f, "%llu %llu", &size, &resident);
-  fclose(f);
-  if (n != 2) return 0;
+  if (!read_proc("/proc/self/statm", buf, sizeof buf) || sscanf(buf, "%llu %llu", &size, &resident) != 2) return 0;
   return resident * (uint64_t)sysconf(_SC_PAGESIZE) / 1024;
 }
 
@@ -187,13 +213,11 @@ uint64_t peak_rss_kb(void) {
   /* VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss over exec from the process image
    * that exec replaced, so a program started by a 20 MB Python driver would never report less
    * than 20 MB. VmHWM belongs to the current address space alone. */
-  FILE *f = fopen("/proc/self/status", "r");
-  if (!f) return 0;
-  char line[256];
+  char buf[4096];
+  if (!read_proc("/proc/self/status", buf, sizeof buf)) return 0;
+  const char *line = strstr(buf, "\nVmHWM:");
   unsigned long long kb = 0;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "VmHWM: %llu kB", &kb) == 1) break;
-  fclose(f);
+  if (!line || sscanf(line + 1, "VmHWM: %llu kB", &kb) != 1) return 0;
   return kb;
 }
 

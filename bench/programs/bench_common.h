@@ -16,7 +16,7 @@
 
 /* ---- options ------------------------------------------------------------------------------ */
 
-typedef enum { OPT_U64, OPT_DOUBLE, OPT_FLAG } opt_kind_t;
+typedef enum { OPT_U64, OPT_DOUBLE, OPT_FLAG, OPT_STR } opt_kind_t;
 
 /* One row per accepted --name. Integers accept K/M/G suffixes (powers of 1024) and the bounds
  * are inclusive; a value outside them is an error rather than being clamped, so a typo never
@@ -24,7 +24,7 @@ typedef enum { OPT_U64, OPT_DOUBLE, OPT_FLAG } opt_kind_t;
 typedef struct {
   const char *name;   /* without the leading "--" */
   opt_kind_t kind;
-  void *target;       /* uint64_t*, double* or bool* */
+  void *target;       /* uint64_t*, double*, bool* or const char** (OPT_STR: [a-z0-9-]+, min/max unused) */
   double min, max;
   const char *help;
 } opt_t;

@@ -1,10 +1,11 @@
 /* two_phase.c - the memory blow-up TCMalloc's paper describes for ptmalloc2 (seed 002): a first
  * phase allocates ~300 MB of small objects and frees them all, then a second phase, in another
  * thread, allocates as much again. An allocator that cannot move memory between threads' arenas
- * needs twice the memory. Then: how much RSS is left after the second phase frees everything, a
- * pause (--sleep, for allocators that return memory on a timer) and one small malloc/free (for
- * those that return memory only when called), and after malloc_trim(0), looked up with dlsym so
- * that allocators without it still run (trim_found=0).
+ * needs twice the memory. Then: how much RSS is left after the second phase frees everything,
+ * after a pause with no allocator call at all (--sleep; rss_idle_kb, and idle_pct of the peak:
+ * what an allocator that releases memory in the background, on a timer, gives back), then after
+ * one small malloc/free (for those that return memory only when called), and after
+ * malloc_trim(0), looked up with dlsym so that allocators without it still run (trim_found=0).
  *
  * Thread A stays alive, idle, until B has finished, as a server's first-phase threads would:
  * an allocator that ties memory to a thread's arena cannot hand A's freed memory to B.
@@ -107,7 +108,10 @@ int main(int argc, char **argv) {
   end_phase(&b, tb);
   end_phase(&a, ta);
   double elapsed = now_s() - start;
+  /* Nothing between the frees and this reading calls the allocator: thread exit and join,
+   * nanosleep and reading /proc/self/statm (through open/read, not stdio) do not. */
   sleep_s(opt_sleep);
+  uint64_t rss_idle = rss_now_kb();
   void *p = malloc(32);
   escape(p);
   free(p);
@@ -126,6 +130,14 @@ int main(int argc, char **argv) {
   result_u64("rss_after_a_kb", rss_after_a);
   result_u64("rss_b_full_kb", b.rss_full_kb);
   result_u64("rss_after_b_kb", rss_after_b);
+  result_u64("rss_idle_kb", rss_idle);
+  /* The kernel updates VmHWM lazily (per-thread RSS counters), so the readings taken here may
+   * top it by a few pages: the peak is the highest of all. */
+  uint64_t peak = peak_rss_kb();
+  uint64_t readings[] = {a.rss_full_kb, b.rss_full_kb, rss_after_a, rss_after_b, rss_idle};
+  for (size_t i = 0; i < sizeof readings / sizeof readings[0]; i++)
+    if (readings[i] > peak) peak = readings[i];
+  result_f("idle_pct", peak ? 100.0 * rss_idle / peak : 0);
   result_u64("rss_after_sleep_kb", rss_after_sleep);
   result_u64("trim_found", trim != NULL);
   result_str("trim_from", library_of((void *)trim));

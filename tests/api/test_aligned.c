@@ -228,7 +228,7 @@ static void test_free_aligned_sized_releases(const family_t *f) {
   static const struct { size_t align, size; } cases[] = {{64, 100000}, {4096, 200000}, {1u << 20, 1u << 20}};
   for (size_t k = 0; k < 3; k++) {
     size_t before = 0;
-    for (size_t done = 0; done < (512u << 20); done += cases[k].size) {
+    for (size_t done = 0; done < tu_churn_bytes(RSS_BOUND); done += cases[k].size) {
       void *p = f->aligned_alloc(cases[k].align, cases[k].size);
       if (!p) { CHECK(0); break; }
       memset(p, 9, cases[k].size);

@@ -47,7 +47,8 @@ int main(int argc, char **argv) {
     pid_t pid = fork();
     if (pid == 0) {
       if (!trim) setenv("QMALLOC_DECAY_MS", "0", 1);
-      execl("/proc/self/exe", argv[0], trim ? "trim" : "decay", (char *)NULL);
+      char *args[] = {argv[0], trim ? "trim" : "decay", NULL};
+      tu_exec_self(args, NULL); /* through the emulator under tests/cross */
       _exit(127);
     }
     int status = 0;

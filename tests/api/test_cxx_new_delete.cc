@@ -128,7 +128,7 @@ static void test_every_form() {
 
 // Each delete form must give the memory back: a no-op delete would grow the RSS by 512 MiB.
 static void test_every_delete_frees() {
-  const size_t size = 200000, churn = 512u << 20;
+  const size_t size = 200000, churn = tu_churn_bytes(RSS_BOUND);
   for (int a = NEW; a <= NEW_ARR_AL_NT; a++)
     for (int r = PLAIN; r <= NOTHROW; r++) {
       size_t al = is_aligned(Alloc(a)) ? 4096 : 16, before = 0;

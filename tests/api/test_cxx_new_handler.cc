@@ -185,6 +185,10 @@ static void test_handler_frees_memory() {
 int main() {
   test_impossible_sizes();
   test_handler_loop();
-  test_handler_frees_memory();
+  if (tu_address_limit_enforced())
+    test_handler_frees_memory();
+  else
+    printf("api-cxx_new_handler: not run: a handler freeing memory under RLIMIT_AS (the limit is not enforced"
+           " here: a mapping past it succeeded; qemu-user ignores it)\n");
   return tu_summary("api-cxx_new_handler");
 }

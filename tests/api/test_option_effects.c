@@ -42,7 +42,7 @@ static int child(const char *workload) {
     pthread_barrier_init(&idle_now, NULL, 2);
     if (pipe(idle_pipe) || pthread_create(&t, NULL, fill_cache_then_idle, NULL)) abort();
     pthread_barrier_wait(&idle_now);
-    for (int i = 0; i < 40; i++) { /* after the first round all hits: scans run from the tick */
+    for (int i = 0; i < 40; i++) { /* after the first round all hits: scans run in the releaser */
       churn();
       usleep(10 * 1000);
     }
@@ -88,7 +88,8 @@ static void run(run_t *r, const char *workload, const char *setting) {
     close(out[0]);
     close(err[0]);
     if (setting) putenv((char *)setting);
-    execl("/proc/self/exe", "test_option_effects", "child", workload, (char *)NULL);
+    char *argv[] = {"test_option_effects", "child", (char *)workload, NULL};
+    tu_exec_self(argv, NULL);
     _exit(127);
   }
   close(out[1]);
@@ -141,12 +142,15 @@ int main(int argc, char **argv) {
 
   CHECK(exited_ok(&base));
   CHECK_EQ(field(&base, "released_bytes_total"), 0); /* 10 s decay: still backed */
-  CHECK(field(&base, "pageheap_free") >= (4 << 20));
+  CHECK(field(&base, "pageheap_free") >= (4 << 20) - (64 << 10)); /* less what later small spans took */
   run(&r, "large-free", "QMALLOC_DECAY_MS=0");
   CHECK(field(&r, "released_bytes_total") >= (4 << 20));
   run(&r, "large-free", "QMALLOC_RETAIN_MAX=0");
   CHECK(field(&r, "released_bytes_total") >= (4 << 20));
-  CHECK_EQ(field(&r, "pageheap_free"), 0);
+  /* All released; where kernel pages are larger than qmalloc's (the -page64k run), a free run too
+   * small to hold a whole kernel page cannot be, and stays. */
+  const char *os_page = getenv("QMALLOC_OS_PAGE");
+  CHECK(field(&r, "pageheap_free") == 0 || (os_page && !strcmp(os_page, "64K") && field(&r, "pageheap_free") < (64 << 10)));
 
   run(&base, "keep-2m", NULL);
   CHECK_EQ(field(&base, "huge_blocks"), 0);

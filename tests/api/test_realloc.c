@@ -48,7 +48,7 @@ static void test_null_and_zero(const family_t *f) {
   static const size_t sizes[] = {100000, 1 << 20};
   for (size_t k = 0; k < 2; k++) {
     size_t size = sizes[k], before = 0;
-    for (size_t done = 0; done < (512u << 20); done += size) {
+    for (size_t done = 0; done < tu_churn_bytes(RSS_BOUND); done += size) {
       void *p = f->malloc(size);
       if (!p) break;
       memset(p, 7, size);

@@ -88,6 +88,11 @@ static void child_checks(const family_t *f) {
 }
 
 int main(void) {
+  if (!tu_address_limit_enforced()) { /* exit 77: the test runners report it as skipped, with this line */
+    printf("api-rlimit_as: skipped: RLIMIT_AS is not enforced here (a mapping past it succeeded; qemu-user"
+           " ignores the limit), so running out of address space cannot be tested\n");
+    return 77;
+  }
   for (size_t k = 0; k < QM_NFAMILIES; k++) {
     const family_t *f = &QM_FAMILIES[k];
     fflush(stdout);

@@ -35,8 +35,8 @@ int main(int argc, char **argv) {
   const char *align = getenv("QMALLOC_MIN_ALIGN");
   if (align == NULL) { /* the option is read at load time: run again with it set */
     setenv("QMALLOC_MIN_ALIGN", "8", 1);
-    execv("/proc/self/exe", argv);
-    perror("execv");
+    tu_exec_self(argv, NULL);
+    perror("execve");
     return 1;
   }
   void **keep = malloc(N * sizeof(void *));

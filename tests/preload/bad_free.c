@@ -210,6 +210,15 @@ int main(int argc, char **argv) {
     void *p = malloc(1u << 20);
     announce(p);
     sized_free("free_sized", launder(p), 3u << 20);
+  } else if (!strcmp(mode, "guard_after") || !strcmp(mode, "guard_before")) {
+    /* a huge block (a mapping of its own) has guard pages on both sides: an access just off either
+     * end faults instead of reaching another mapping */
+    size_t size = 64u << 20;
+    volatile char *above = malloc(size), *p = malloc(size), *below = malloc(size);
+    (void)above, (void)below; /* the kernel maps top-down: without guards, p's neighbours touch it */
+    announce((void *)p);
+    if (mode[6] == 'a') p[size] = 1;
+    else p[-1] = 1;
   } else if (!strcmp(mode, "corrupt_link")) { /* write after free over the link, then malloc */
     void **p = malloc(64), **q = malloc(64);
     free(q);

@@ -122,6 +122,12 @@ SZ='^qmalloc: free_sized\(\): size [0-9]+ does not match the block 0x[0-9a-f]+$'
 expect_line sized_wrong "$SZ" "free_sized(p, 1000) of malloc(100)"
 expect_line sized_wrong_large "$SZ" "free_sized(p, 3 MiB) of malloc(1 MiB)"
 expect_line delete_array "$SZ" "sized operator delete with a smaller size (delete on a new[] array)"
+# Guard pages around huge blocks: an access just off either end dies of SIGSEGV (status 139).
+for side in after before; do
+  run guard_$side
+  if [[ $STATUS -eq 139 ]]; then pass "guard_$side: a write just $side a 64 MiB block faulted"
+  else fail "guard_$side: status $STATUS, expected 139 (SIGSEGV); stdout: $(tr '\n' ' ' <"$QM_TMP/out")"; fi
+done
 # The hardened build keeps freed blocks in a quarantine first: the overwritten words are found when
 # the block leaves it, or at exit.
 if [[ -z $LABEL ]]; then CL='^qmalloc: malloc\(\): corrupted free list \(a write after free\?\) at 0x[0-9a-f]+$'

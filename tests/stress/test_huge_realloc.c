@@ -7,7 +7,7 @@
  * Every block carries stamps at both ends and in its middle, checked before each free and after
  * each realloc (contents must move with the block). No check depends on timing; the loops are
  * bounded by counts.
- * usage: stress_huge_realloc [--smoke] */
+ * usage: stress_huge_realloc [--smoke] [--rounds N] */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -52,6 +52,7 @@ static void *other_thread(void *arg) {
 int main(int argc, char **argv) {
   int smoke = argc > 1 && strcmp(argv[1], "--smoke") == 0;
   int rounds = smoke ? 3000 : 30000;
+  if (argc > 2 && strcmp(argv[1], "--rounds") == 0) rounds = atoi(argv[2]); /* tests/cross: emulated */
   enum { OTHERS = 3 }; /* more threads than cores: one of them is often between map and register */
   pthread_t t[OTHERS];
   for (int k = 0; k < OTHERS; k++) pthread_create(&t[k], NULL, other_thread, (void *)(uintptr_t)(k + 7));

@@ -112,5 +112,40 @@ int main(void) {
     pageheap_stats(&after);
     CHECK_EQ(before.direct_bytes - after.direct_bytes, 2 * huge_pages * PAGE_SIZE);
   }
+  /* Kernel pages larger than qmalloc's (os_page 64K: a 64 KiB-page system): a release gives back
+   * only whole 64 KiB pages; the edges of a span that are not whole kernel pages stay backed and
+   * read as what was written (calloc must clear them), and every page of a released span reads
+   * zero (it may merge with never-touched released pages, which need no alignment). */
+  options_values[OPTION_OS_PAGE] = 64 << 10;
+  options_values[OPTION_DECAY_MS] = 0;
+  options_values[OPTION_RETAIN_MAX] = 64 << 20;
+  span_t *shift = pageheap_alloc(3, 1, 0, NULL); /* moves the next span off a 64 KiB boundary */
+  span_t *x = pageheap_alloc(40, 1, 0, NULL);
+  CHECK(shift != NULL && x != NULL);
+  uintptr_t xs = x->start, xe = x->start + 40 * PAGE_SIZE;
+  memset((void *)xs, 0x5a, 40 * PAGE_SIZE);
+  pageheap_free(x); /* decay 0: released at once, as far as whole 64 KiB pages go */
+  size_t released_inside = 0, backed_inside = 0;
+  for (uintptr_t a = xs; a < xe; a += PAGE_SIZE) {
+    span_t *s = NULL;
+    for (uintptr_t b = a; b >= xs - (64 << 10) && !s; b -= PAGE_SIZE) {
+      span_t *c = pagemap_span(b);
+      if (c && c->start <= a && a < c->start + (uintptr_t)c->npages * PAGE_SIZE && pagemap_span(c->start) == c) s = c;
+    }
+    CHECK_MSG(s != NULL, "no free span covers %#lx", (unsigned long)a);
+    if (!s) break;
+    if (s->state == SPAN_FREE_RELEASED) {
+      CHECK_MSG(((unsigned char *)a)[0] == 0 && ((unsigned char *)a)[PAGE_SIZE - 1] == 0,
+                "page %#lx of a released span is not zero", (unsigned long)a);
+      released_inside += PAGE_SIZE;
+    } else {
+      CHECK(s->state == SPAN_FREE_BACKED && ((unsigned char *)a)[0] == 0x5a);
+      backed_inside += PAGE_SIZE;
+    }
+  }
+  CHECK_MSG(released_inside >= 3 * (64 << 10), "only %zu bytes of a 320 KiB span released", released_inside);
+  printf("os_page 64K: of a 320 KiB span, %zu KiB released, %zu KiB kept backed\n", released_inside >> 10, backed_inside >> 10);
+  pageheap_free(shift);
+  options_values[OPTION_OS_PAGE] = 0;
   return tu_summary("pageheap");
 }

@@ -1,0 +1,14 @@
+# A few modules of python3's own regression suite (python3 -m test), when the suite is
+# installed (Debian: libpython3.X-testsuite). SCALE: how many modules of the list below.
+source "$(dirname "$0")/common.sh"
+modules=(test_dict test_set test_list test_json test_re test_collections test_string test_unicode
+         test_bisect test_heapq test_itertools test_functools)
+case "$verb" in
+  check) [[ -n "$python" ]] || { echo "python3 not found (Debian package python3)"; exit 1; }
+         v=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+         "$python" -c 'import test.libregrtest, test.test_dict' >/dev/null 2>&1 ||
+           { echo "python3's test suite is not installed (Debian package libpython$v-testsuite)"; exit 1; } ;;
+  setup) ;;
+  run) n=$(( scale < ${#modules[@]} ? scale : ${#modules[@]} ))
+       cd "$dir" && "$python" -m test -q "${modules[@]:0:$n}" >&2 ;;
+esac

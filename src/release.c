@@ -1,0 +1,99 @@
+/* The background releaser: one thread that returns idle memory to the OS when the program makes no
+ * allocator calls at all. Everything else in qmalloc runs on some thread's slow path (decay of free
+ * pages, idle thread caches taken back, unused transfer-cache batches returned to their spans), so a
+ * process that frees its memory and then only waits would otherwise keep it resident forever: the
+ * "RSS does not go down" report users file against jemalloc, TCMalloc and mimalloc alike.
+ *
+ * - Started lazily, and only once there is something to give back: when the page heap holds at
+ *   least RELEASE_START_BYTES of free backed pages, or a second thread cache exists (an idle
+ *   thread's cache is then something to take back). A program that stays small and single-threaded,
+ *   or must stay single-threaded until it has freed much (a sandbox set up before a big free),
+ *   never gets the thread; release_thread=0 turns it off. The thread is created outside any
+ *   slow-path window of the calling thread (pthread_create allocates: tcache_window.h's marks must
+ *   not nest), so a request made inside one waits for the window's end (tcache_close).
+ * - Wakes every RELEASE_PERIOD_MS and runs the slow paths' housekeeping (tcache_housekeeping): the
+ *   decay, and the idle scan every tcache_idle_ms. It allocates nothing, blocks every signal (the
+ *   program's handlers never run on it), and holds no lock while it sleeps.
+ * - Fork: only the forking thread exists in the child, so the child marks the releaser not started,
+ *   and starts its own the same lazy way (release_after_fork_child, from the fork handlers).
+ * Lock: release_state.lock guards the start. Callers: pageheap.c and tcache.c (requests), tcache.c
+ * and api.c (polls, outside windows), init.c (fork). */
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
+
+#include "internal.h"
+
+/* How often the thread wakes: the decay and idle scans are due at most this late (one to two
+ * periods past decay_ms). Twice a second costs nothing measurable and keeps release timely; shorter
+ * decay or idle intervals shorten it to half of theirs (down to RELEASE_PERIOD_MIN_MS). */
+#define RELEASE_PERIOD_MS 500
+#define RELEASE_PERIOD_MIN_MS 10
+
+static uint64_t release_period_ms(void) {
+  uint64_t period = RELEASE_PERIOD_MS;
+  uint64_t intervals[2] = {(uint64_t)option(OPTION_DECAY_MS), (uint64_t)option(OPTION_TCACHE_IDLE_MS)};
+  for (int i = 0; i < 2; i++)
+    if (intervals[i] != 0 && intervals[i] / 2 < period) period = intervals[i] / 2;
+  return period < RELEASE_PERIOD_MIN_MS ? RELEASE_PERIOD_MIN_MS : period;
+}
+
+static struct {
+  pthread_mutex_t lock;
+  bool started;   /* read without the lock by the first tests */
+  bool requested; /* something to release appeared; started at the next release_poll */
+  uint64_t wakeups;
+} release_state = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void *release_main(void *unused) {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, NULL);
+  for (;;) {
+    uint64_t ms = release_period_ms();
+    struct timespec period = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    nanosleep(&period, NULL);
+    __atomic_add_fetch(&release_state.wakeups, 1, __ATOMIC_RELAXED);
+    tcache_housekeeping();
+  }
+  return NULL;
+}
+
+static void release_start(void) {
+  if (pthread_mutex_trylock(&release_state.lock) != 0) return; /* another thread is starting it */
+  if (!release_state.started) {
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 64 << 10); /* it calls nothing deep */
+    pthread_t thread;
+    /* Marked started even if pthread_create fails: the program runs on as before (slow paths do
+     * the housekeeping), without retrying a failing create on every free. */
+    if (pthread_create(&thread, &attr, release_main, NULL) == 0) pthread_setname_np(thread, "qmalloc-release");
+    pthread_attr_destroy(&attr);
+    __atomic_store_n(&release_state.started, true, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&release_state.lock);
+}
+
+void release_request(void) {
+  if (!__atomic_load_n(&release_state.started, __ATOMIC_ACQUIRE) && option(OPTION_RELEASE_THREAD))
+    __atomic_store_n(&release_state.requested, true, __ATOMIC_RELAXED);
+}
+
+void release_poll(void) {
+  if (__atomic_load_n(&release_state.requested, __ATOMIC_RELAXED) && !release_state.started && init_done) {
+    __atomic_store_n(&release_state.requested, false, __ATOMIC_RELAXED);
+    release_start();
+  }
+}
+
+bool release_running(void) { return __atomic_load_n(&release_state.started, __ATOMIC_ACQUIRE); }
+
+uint64_t release_wakeups(void) { return __atomic_load_n(&release_state.wakeups, __ATOMIC_RELAXED); }
+
+void release_after_fork_child(void) {
+  pthread_mutex_init(&release_state.lock, NULL);
+  release_state.started = false;
+  release_state.requested = true; /* the parent had one: so will the child, at its first slow path */
+}
