@@ -6,6 +6,8 @@
 #   lib/cmake/qmalloc/ (find_package: qmalloc::qmalloc, qmalloc::qmalloc-static),
 #   share/man/man3/qmalloc.3 (generated from docs/ by tools/gen_manpage.py), bin/qmalloc,
 #   bin/qmalloc-profile.
+#   The hardened build (docs/hardening.md): lib/libqmalloc-hardened.so.* and its links, and
+#   lib/pkgconfig/qmalloc-hardened.pc (qmalloc::qmalloc-hardened in the CMake package).
 # Every installed file is relocatable: the .pc, the CMake package and the launcher locate the
 # rest relative to themselves, so `--prefix` at install time may differ from the configured one.
 # It builds nothing of the library; it only describes targets defined in CMakeLists.txt.
@@ -46,6 +48,7 @@ endfunction()
 # ---- the libraries: one line each -------------------------------------------------------------
 qm_install_library(qmalloc)
 qm_install_library(qmalloc_static)
+qm_install_library(qmalloc_hardened)
 
 # ---- header, CMake package ----------------------------------------------------------------------
 install(FILES ${PROJECT_SOURCE_DIR}/include/qmalloc.h ${PROJECT_BINARY_DIR}/include/qmalloc_version.h

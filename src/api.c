@@ -19,6 +19,9 @@ static void *malloc_slow(size_t size);
 static void *malloc_sample_slow(size_t size);
 static void free_slow(void *ptr, unsigned expected, size_t size);
 static void free_push_slow(void *ptr, tcache_list_t *list);
+/* The hardened build's malloc and free (qm_hardened: every call leaves the fast paths). */
+static void *malloc_hardened(size_t size);
+static void free_hardened(void *ptr, size_t size, bool sized, const char *call);
 
 /* ================================ the fast paths ============================================= */
 
@@ -105,8 +108,9 @@ QM_INLINE void *malloc_cached(size_t size, uintptr_t tls_offset) {
 
 /* The heap profiler's one decrement and branch: the countdown (types.h) says how many bytes this
  * thread may allocate before the next sample. A huge size that wraps it simply fails later,
- * unsampled. */
+ * unsampled. (The hardened build, a compile-time constant, has its own path: docs/hardening.md.) */
 QM_INLINE void *malloc_fast(size_t size) {
+  if (qm_hardened) return malloc_hardened(size);
   uintptr_t tls_offset = tcache_tls_offset();
   if (QM_UNLIKELY(prof_countdown_expired(size, tls_offset))) return malloc_sample_slow(size);
   return malloc_cached(size, tls_offset);
@@ -136,6 +140,10 @@ QM_INLINE void free_push(void *ptr, unsigned cls) {
  * must name the block's real class, one compare), and free_push stays on its fast path. NULL,
  * large and invalid pointers go to free_slow. (size: the sized free's size, for its message.) */
 QM_INLINE void free_fast(void *ptr, unsigned expected, size_t size) {
+  if (qm_hardened) {
+    free_hardened(ptr, 0, false, "free()");
+    return;
+  }
   uintptr_t addr = (uintptr_t)ptr;
   pagemap_leaf_t *leaf = pagemap_leaf_of(addr);
   if (QM_LIKELY(leaf != NULL)) {
@@ -172,9 +180,11 @@ static void *alloc_class(unsigned cls) {
 static void *alloc_large(size_t size, size_t alignment, bool *zeroed) {
   if (size > PTRDIFF_MAX) return fail_enomem();
   size_t npages = (size + PAGE_MASK) >> PAGE_SHIFT;
+  if (qm_hardened) npages++; /* a guard page after the block */
   size_t align_pages = alignment > PAGE_SIZE ? alignment >> PAGE_SHIFT : 1;
   span_t *span = pageheap_alloc(npages, align_pages, 0, zeroed);
   if (span == NULL) return fail_enomem();
+  if (qm_hardened) harden_guard_large(span);
   return (void *)span->start;
 }
 
@@ -317,7 +327,10 @@ static void *calloc_impl(size_t count, size_t size) {
  * requests of at most 8 bytes. (free_aligned_sized mirrors the rounding.) */
 static size_t aligned_small_size(size_t alignment, size_t size) { return size < alignment ? alignment : size; }
 
+static void *aligned_hardened(size_t alignment, size_t size);
+
 static void *aligned_impl(size_t alignment, size_t size) {
+  if (qm_hardened) return aligned_hardened(alignment, size);
   if (alignment <= 16) return malloc_fast(aligned_small_size(alignment, size));
   if (QM_UNLIKELY(!init_done)) init_process();
   unsigned cls = sizeclass_for_aligned(size, alignment);
@@ -325,7 +338,10 @@ static void *aligned_impl(size_t alignment, size_t size) {
   return alloc_large(size ? size : 1, alignment, NULL);
 }
 
+static void *realloc_hardened(void *ptr, size_t size);
+
 static void *realloc_impl(void *ptr, size_t size) {
+  if (qm_hardened) return realloc_hardened(ptr, size);
   if (ptr == NULL) return malloc_fast(size);
   if (size == 0) { /* glibc: frees and returns NULL */
     free_fast(ptr, 0, 0);
@@ -366,6 +382,101 @@ static void *realloc_impl(void *ptr, size_t size) {
 }
 
 static bool is_power_of_two(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+/* ================================ the hardened build ========================================== */
+/* With qm_hardened (libqmalloc-hardened) every malloc and free takes these paths: the checks and
+ * the layout of blocks are harden.c's (docs/hardening.md); what is here is which layer to call.
+ * Small blocks take the class of request + HARDEN_TAIL (canary and record); large ones one page
+ * more (the guard); zero-size ones point into an inaccessible range. */
+
+static QM_NOINLINE void *malloc_hardened(size_t size) {
+  if (size == 0) return harden_zero_alloc();
+  if (size > PTRDIFF_MAX) return fail_enomem();
+  if (size > SMALL_MAX - HARDEN_TAIL) {
+    if (QM_UNLIKELY(!init_done)) init_process();
+    return alloc_large(size, PAGE_SIZE, NULL);
+  }
+  void *obj = malloc_cached(size + HARDEN_TAIL, tcache_tls_offset());
+  return obj ? harden_handout(obj, sizeclass_of(size + HARDEN_TAIL), size) : NULL;
+}
+
+static QM_NOINLINE void *aligned_hardened(size_t alignment, size_t size) {
+  if (alignment <= 16) return malloc_hardened(aligned_small_size(alignment, size));
+  if (QM_UNLIKELY(!init_done)) init_process();
+  if (size > PTRDIFF_MAX) return fail_enomem();
+  unsigned cls = sizeclass_for_aligned(size + HARDEN_TAIL, alignment);
+  if (cls != 0) {
+    void *obj = alloc_class(cls);
+    return obj ? harden_handout(obj, cls, size) : NULL;
+  }
+  return alloc_large(size ? size : 1, alignment, NULL);
+}
+
+/* Large blocks: their pages but the guard. */
+static size_t large_usable_hardened(const span_t *span) { return ((size_t)span->npages - 1) * PAGE_SIZE; }
+
+static QM_NOINLINE void free_hardened(void *ptr, size_t size, bool sized, const char *call) {
+  if (ptr == NULL || harden_is_zero(ptr)) return;
+  block_t b = block_of(ptr, call, true);
+  if (b.cls == 0) {
+    size_t pages = size ? (size + PAGE_MASK) >> PAGE_SHIFT : 1;
+    if (sized && pages + 1 != b.span->npages) check_fail_size(call, size, ptr); /* + the guard */
+    pageheap_free(b.span);
+    return;
+  }
+  harden_retire(ptr, b.cls, sized, size, call);
+  unsigned cls;
+  for (void *leaving; (leaving = harden_quarantine_evict(sizeclass_size[b.cls], &cls)) != NULL;) free_push(leaving, cls);
+  if (!harden_quarantine_put(ptr, b.cls)) free_push(ptr, b.cls);
+}
+
+static QM_NOINLINE void quarantine_flush_hardened(void) {
+  unsigned cls;
+  for (void *leaving; (leaving = harden_quarantine_evict(SIZE_MAX, &cls)) != NULL;) free_push(leaving, cls);
+}
+
+/* Within its class a small block is resized in place; anything else moves (the old block then
+ * goes through the quarantine, or is made inaccessible if large, like any freed block). */
+static QM_NOINLINE void *realloc_hardened(void *ptr, size_t size) {
+  if (ptr == NULL) return malloc_hardened(size);
+  if (size == 0) { /* glibc: frees and returns NULL */
+    free_hardened(ptr, 0, false, "realloc()");
+    return NULL;
+  }
+  if (harden_is_zero(ptr)) return malloc_hardened(size);
+  block_t b = block_of(ptr, "realloc()", false);
+  size_t old;
+  if (b.cls != 0) {
+    old = harden_request_size(ptr, b.cls, "realloc()");
+    if (size <= SMALL_MAX - HARDEN_TAIL && sizeclass_of(size + HARDEN_TAIL) == b.cls) {
+      harden_resize(ptr, b.cls, size);
+      return ptr;
+    }
+  } else {
+    old = large_usable_hardened(b.span);
+    size_t npages = ((size + PAGE_MASK) >> PAGE_SHIFT) + 1; /* + the guard */
+    /* A huge block moves without a copy (the kernel moves its pages); its guard moves to its new
+     * end. The old range is unmapped: a use of the old pointer faults. */
+    if (b.span->direct && size <= PTRDIFF_MAX && npages * PAGE_SIZE >= (size_t)option(OPTION_RELEASE_LARGE)) {
+      harden_unguard_large(b.span);
+      span_t *moved = pageheap_remap(b.span, npages);
+      harden_guard_large(moved ? moved : b.span);
+      if (moved) return (void *)moved->start;
+    }
+  }
+  void *fresh = malloc_hardened(size);
+  if (fresh == NULL) return NULL; /* the old block stays valid, as C requires */
+  memcpy(fresh, ptr, old < size ? old : size);
+  free_hardened(ptr, 0, false, "realloc()");
+  return fresh;
+}
+
+/* The request size of a small block (its canary checked), the pages but the guard of a large one. */
+static QM_NOINLINE size_t usable_hardened(void *ptr) {
+  if (harden_is_zero(ptr)) return 0;
+  block_t b = block_of(ptr, "malloc_usable_size()", false);
+  return b.cls ? harden_request_size(ptr, b.cls, "malloc_usable_size()") : large_usable_hardened(b.span);
+}
 
 /* ================================ entry points ================================================ */
 
@@ -423,8 +534,11 @@ QM_EXPORT void *qm_pvalloc(size_t size) {
   return aligned_impl(page, rounded);
 }
 
+static size_t usable_hardened(void *ptr);
+
 QM_EXPORT size_t qm_malloc_usable_size(void *ptr) {
   if (ptr == NULL) return 0;
+  if (qm_hardened) return usable_hardened(ptr);
   return block_usable(block_of(ptr, "malloc_usable_size()", false));
 }
 
@@ -432,6 +546,10 @@ QM_EXPORT size_t qm_malloc_usable_size(void *ptr) {
  * size must name the block: its size class, or for a large block its number of pages; otherwise the
  * program stops (a wrong size would file the object under another class). */
 static QM_NOINLINE void free_sized_slow(void *ptr, size_t size, size_t alignment) {
+  if (qm_hardened) {
+    free_hardened(ptr, size, true, "free_sized()");
+    return;
+  }
   if (ptr == NULL) return;
   block_t b = block_of(ptr, "free_sized()", true);
   unsigned expected = size > SMALL_MAX ? 0 : alignment > 16 ? sizeclass_for_aligned(size, alignment) : sizeclass_of(size);
@@ -447,6 +565,10 @@ static QM_NOINLINE void free_sized_slow(void *ptr, size_t size, size_t alignment
 /* free_sized and sized delete: the size names the class, and the page map's class must be that one
  * (one compare more than free()). Sizes above SMALL_MAX go the slow way, checked as well. */
 QM_EXPORT void qm_free_sized(void *ptr, size_t size) {
+  if (qm_hardened) {
+    free_hardened(ptr, size, true, "free_sized()");
+    return;
+  }
   if (QM_LIKELY(size <= SMALL_MAX)) {
     free_fast(ptr, sizeclass_of(size), size);
     return;
@@ -462,8 +584,11 @@ QM_EXPORT void qm_free_aligned_sized(void *ptr, size_t alignment, size_t size) {
   free_sized_slow(ptr, size, alignment);
 }
 
+static void quarantine_flush_hardened(void);
+
 QM_EXPORT int qm_trim(size_t pad) {
   if (!init_done) return 0;
+  if (qm_hardened) quarantine_flush_hardened();
   tcache_flush_self();
   tcache_reclaim_idle(true); /* every other cache not in use right now */
   central_drain_transfer();

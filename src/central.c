@@ -55,6 +55,10 @@ static void central_link(unsigned cls, void *obj, void *next) {
 
 /* Links every slot of a new span into its free list, first slot first out. */
 static void central_carve(span_t *span, unsigned cls) {
+  if (qm_hardened) { /* random order, freed memory's pattern in every slot */
+    harden_carve(span, cls);
+    return;
+  }
   uint32_t size = sizeclass_size[cls], n = central_span_objects(cls);
   void *next = NULL;
   for (uint32_t i = n; i-- > 0;) {

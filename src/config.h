@@ -3,6 +3,7 @@
 #ifndef QM_CONFIG_H
 #define QM_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,6 +19,16 @@
  * prefetcher pairs 64-byte lines: there two neighbours can still share a unit. Kept at 64 (no
  * measurement on those parts says the padding pays); only speed depends on it, never correctness. */
 #define QM_CACHELINE 64
+
+/* The hardened build (libqmalloc-hardened.so, -DQM_HARDENED=1): canaries, write-after-free checks,
+ * quarantine, protected freed large blocks, guard pages, randomized spans (harden.c,
+ * docs/hardening.md). A constant, tested with a plain if: the default build compiles none of it. */
+#if defined(QM_HARDENED) && QM_HARDENED
+#define QM_HARDENED_BUILD 1 /* the same as a constant expression (array sizes) */
+#else
+#define QM_HARDENED_BUILD 0
+#endif
+static const bool qm_hardened = QM_HARDENED_BUILD;
 
 #ifdef QM_DEBUG
 static const int qm_debug = 1; /* run the <module>_check() invariants on slow paths */

@@ -191,6 +191,45 @@ __attribute__((noreturn)) QM_COLD void check_fail_size(const char *call, size_t 
 __attribute__((noreturn)) QM_COLD void check_fail_double_free(const char *call, const void *ptr);
 __attribute__((noreturn)) QM_COLD void check_fail(const char *what, const void *ptr);
 
+/* ---- harden.c: the hardened build only (every caller tests qm_hardened); no lock of its own ---- */
+/* Bytes a small block needs past its request: at least one canary byte and the 8-byte record. A
+ * request of n bytes takes the class of n + HARDEN_TAIL. */
+#define HARDEN_TAIL 9
+/* Hands out obj (just popped, of class cls) for a request of n bytes: checks that its bytes past
+ * the free tag still hold the pattern (else "malloc(): write after free", abort), writes the canary
+ * and the record. Returns obj. */
+void *harden_handout(void *obj, unsigned cls, size_t n);
+/* The request size of live small block obj, read from its record, with the canary checked (else
+ * "<call>: overflow past the end of the block", abort); a quarantined obj is an invalid pointer. */
+size_t harden_request_size(void *obj, unsigned cls, const char *call);
+/* Live obj of class cls now holds n bytes (realloc within its class): canary and record rewritten. */
+void harden_resize(void *obj, unsigned cls, size_t n);
+/* The free of live small block obj: checks its canary, the block before it (underflow), the size
+ * of a sized free, claims it (a second free, from any thread, is a double free) and fills it with
+ * the pattern. The caller then makes room in the quarantine and puts obj there. */
+void harden_retire(void *obj, unsigned cls, bool sized, size_t size, const char *call);
+/* A block that must leave this thread's quarantine, chosen at random, before `incoming` more bytes
+ * fit (SIZE_MAX: every block), with *cls set; NULL when there is room. Checks its tag words (else
+ * "free(): write after free", abort). The caller pushes it on a free list. */
+void *harden_quarantine_evict(size_t incoming, unsigned *cls);
+/* Puts retired obj in this thread's quarantine; false once the thread is exiting (push it now). */
+bool harden_quarantine_put(void *obj, unsigned cls);
+/* Thread exit (tcache.c): the quarantine's blocks go to the central lists; later frees skip it.
+ * Takes central locks. */
+void harden_thread_exit(void);
+/* Links every slot of a new small span in random order, each free and filled with the pattern. */
+void harden_carve(span_t *span, unsigned cls);
+/* malloc(0): an address in a reserved range where every access faults (NULL, ENOMEM, if the range
+ * cannot be reserved); harden_is_zero tells such addresses (free does nothing with them). */
+void *harden_zero_alloc(void);
+bool harden_is_zero(const void *ptr);
+/* Large spans: the last page made a guard (PROT_NONE), or accessible again; a freed large span made inaccessible;
+ * a span taken from the free sets made accessible again (pageheap.c, under its lock). */
+void harden_guard_large(span_t *span);
+void harden_unguard_large(span_t *span); /* before a huge block is remapped (realloc) */
+void harden_protect_freed(span_t *span);
+void harden_unprotect(span_t *span);
+
 /* ---- stats.c ---- */
 void stats_mapped_add(intptr_t bytes);
 void stats_metadata_add(intptr_t bytes);

@@ -66,6 +66,12 @@ bool os_membarrier_init(void);
 /* Makes every running thread of the process execute a full memory barrier before it returns;
  * false if it could not (then nothing may be concluded from it). */
 bool os_membarrier(void);
+/* Reserves `size` bytes of address space that is never accessible (PROT_NONE, no commit charge,
+ * not counted as mapped); NULL if refused. The hardened build's zero-size allocations point there. */
+void *os_reserve(size_t size);
+/* Makes a mapped range inaccessible (every access faults) or readable and writable again; false if
+ * the kernel refused (the map-count limit), and the range is then as it was. */
+bool os_protect(void *addr, size_t size, bool accessible);
 /* Monotonic milliseconds, from the vDSO (no system call on Linux). */
 uint64_t os_now_ms(void);
 

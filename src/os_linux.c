@@ -158,6 +158,20 @@ bool os_membarrier(void) {
   return ok;
 }
 
+void *os_reserve(size_t size) {
+  int saved = errno;
+  void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  errno = saved;
+  return p == MAP_FAILED ? NULL : p;
+}
+
+bool os_protect(void *addr, size_t size, bool accessible) {
+  int saved = errno;
+  bool ok = mprotect(addr, size, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0;
+  errno = saved;
+  return ok;
+}
+
 uint64_t os_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);

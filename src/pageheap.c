@@ -401,6 +401,7 @@ span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, bo
     span->state = free_state;
   }
   if (!pageheap_carve(span, npages)) goto fail;
+  if (qm_hardened) harden_unprotect(span); /* it may hold pages of a freed large block */
   if (zeroed) *zeroed = free_state == SPAN_FREE_RELEASED;
   if (sizeclass != 0) {
     span->state = SPAN_SMALL;
@@ -462,6 +463,7 @@ void pageheap_free(span_t *span) {
     pagemap_clear_small(span);
     pageheap.small_span_bytes -= span->npages * PAGE_SIZE;
   } else if (span->state == SPAN_LARGE) {
+    if (qm_hardened) harden_protect_freed(span); /* a read or write after free faults */
     pageheap.large_bytes -= span->npages * PAGE_SIZE;
     /* A huge block served from free spans keeps release_large's promise: back to the OS at once. */
     release_now = span->npages * PAGE_SIZE >= (size_t)option(OPTION_RELEASE_LARGE);

@@ -168,6 +168,7 @@ void tcache_flush_self(void) {
 }
 
 static void tcache_thread_exit(void *unused) {
+  if (qm_hardened) harden_thread_exit(); /* its quarantine first: those blocks are not in the lists */
   tcache_t *tc = tcache_open();
   if (tc->state != TCACHE_LIVE) {
     tcache_close(tc);

@@ -43,10 +43,14 @@ lib/cmake/qmalloc/qmallocConfig.cmake
 lib/cmake/qmalloc/qmallocConfigVersion.cmake
 lib/cmake/qmalloc/qmallocTargets-CONFIG.cmake
 lib/cmake/qmalloc/qmallocTargets.cmake
+lib/libqmalloc-hardened.so
+lib/libqmalloc-hardened.so.$MAJOR
+lib/libqmalloc-hardened.so.$QM_VERSION
 lib/libqmalloc.a
 lib/libqmalloc.so
 lib/libqmalloc.so.$MAJOR
 lib/libqmalloc.so.$QM_VERSION
+lib/pkgconfig/qmalloc-hardened.pc
 lib/pkgconfig/qmalloc.pc
 share/man/man3/qmalloc.3"
 found=$(cd "$P" && find . \( -type f -o -type l \) | sed 's|^\./||; s|qmallocTargets-[a-z]*\.cmake|qmallocTargets-CONFIG.cmake|' | LC_ALL=C sort)

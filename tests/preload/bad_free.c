@@ -8,14 +8,21 @@
  * where the class applies): delayed double free (free p, free q, free p), a double free whose first
  * free came from another thread, a free of a slot of a live span that is free or never handed out,
  * sized frees with a wrong size (delete on a new[] array, free_sized), and a write after free over a
- * free object's link followed by mallocs. */
+ * free object's link followed by mallocs.
+ * The hardened build's classes (docs/hardening.md; test_death.sh runs them under
+ * libqmalloc-hardened.so): 1- and 8-byte overflows, 1- and 8-byte underflows, a write after free,
+ * a read or write after free of a large block, an access to malloc(0)'s block. A mode expected to
+ * fault announces the address it is about to touch; the SIGSEGV handler prints "fault <address>"
+ * (the address the kernel reports) and lets the signal kill the program. */
 #include <stdalign.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 /* Hides where a pointer came from, so the compiler neither warns about nor folds the bad call. */
 static void *launder(void *p) {
@@ -54,12 +61,45 @@ static size_t size_of(const char *mode) {
   return 32;
 }
 
+/* Medium blocks for underflows: 20000 bytes (a class of several blocks per span, so that a block
+ * with a live block of its class just before it can be found). */
+static size_t underflow_size(const char *mode) { return size_of(mode) == 32 ? 32 : 20000; }
+
+/* A block whose slot follows another block of the same batch directly (the one before it is live):
+ * a write before it lands in that block's last bytes. NULL if none of `count` blocks qualifies. */
+static char *block_after_live_block(size_t size, int count) {
+  char *blocks[64];
+  for (int i = 0; i < count; i++) blocks[i] = malloc(size);
+  for (int i = 0; i < count; i++)
+    for (int j = 0; j < count; j++)
+      if (blocks[j] < blocks[i] && (size_t)(blocks[i] - blocks[j]) < 2 * size + 64 &&
+          (size_t)(blocks[i] - blocks[j]) >= size) {
+        /* the nearest lower block: nothing of the batch between them */
+        int between = 0;
+        for (int k = 0; k < count; k++) between |= blocks[k] > blocks[j] && blocks[k] < blocks[i];
+        if (!between) return blocks[i];
+      }
+  return NULL;
+}
+
+static void on_fault(int sig, siginfo_t *info, void *context) {
+  char line[64];
+  int n = snprintf(line, sizeof line, "fault %p\n", info->si_addr);
+  if (write(1, line, (size_t)n) < 0) _exit(5);
+  /* SA_RESETHAND: returning re-runs the access, which now kills the program with SIGSEGV */
+}
+
 static int starts(const char *mode, const char *prefix) { return strncmp(mode, prefix, strlen(prefix)) == 0; }
 
 int main(int argc, char **argv) {
   const char *mode = argc == 2 ? argv[1] : "";
   alignas(64) char stack_buf[256];
   memset(stack_buf, 0, sizeof stack_buf);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_fault;
+  sa.sa_flags = SA_SIGINFO | SA_RESETHAND;
+  sigaction(SIGSEGV, &sa, NULL);
 
   if (!strcmp(mode, "valid")) {
     char *p = malloc(100), *q = malloc(1u << 20);
@@ -69,6 +109,10 @@ int main(int argc, char **argv) {
     free(p);
     free(q);
     free(NULL);
+    char *z = malloc(0), *e = malloc(24); /* a zero-size block, and a block used to its last byte */
+    memset(e, 1, 24);
+    free(z);
+    free(e);
     return 0;
   }
   if (!strcmp(mode, "stack")) {
@@ -183,10 +227,49 @@ int main(int argc, char **argv) {
     p[0] = (void *)static_array; /* a chosen address, as an exploit would write */
     void *a = malloc(64), *b = malloc(64);
     printf("malloc returned %p and %p\n", a, b);
+  } else if (starts(mode, "overflow1_") || starts(mode, "overflow8_")) { /* past the requested size */
+    size_t size = size_of(mode), k = mode[8] == '1' ? 1 : 8;
+    char *p = malloc(size);
+    announce(size >= (1u << 20) ? p + size : p); /* large: the guard page faults at p + size */
+    memset((char *)launder(p) + size, 'x', k);
+    free(p);
+  } else if (starts(mode, "underflow1_") || starts(mode, "underflow8_")) { /* before the block */
+    size_t size = underflow_size(mode), k = mode[9] == '1' ? 1 : 8;
+    char *p = block_after_live_block(size, size > 1000 ? 3 : 32);
+    if (p == NULL) {
+      fprintf(stderr, "bad_free: no block with a live block just before it\n");
+      return 4;
+    }
+    announce(p);
+    memset((char *)launder(p) - k, 'x', k);
+    free(p);
+  } else if (starts(mode, "uaf_write_")) { /* write after free, then the block's class is reused */
+    size_t size = size_of(mode), at = size > 100 ? 100 : 20; /* past the free tag's 16 bytes */
+    char *p = malloc(size);
+    /* large: announced before the free, so that stdio's buffer does not take the freed pages */
+    if (size >= (1u << 20)) announce(p + at);
+    free(p);
+    if (size < (1u << 20)) announce(p);
+    ((volatile char *)launder(p))[at] = 'x';
+    for (int i = 0; i < 20000; i++) free(malloc(size));
+  } else if (starts(mode, "uaf_read_")) { /* read after free */
+    size_t size = size_of(mode);
+    char *p = malloc(size);
+    memset(p, 1, size);
+    announce(p + 100);
+    free(p);
+    printf("read %d\n", ((volatile char *)launder(p))[100]);
+  } else if (!strcmp(mode, "zero_read") || !strcmp(mode, "zero_write")) { /* malloc(0)'s block */
+    char *p = malloc(0);
+    announce(p);
+    if (mode[5] == 'r') printf("read %d\n", ((volatile char *)launder(p))[0]);
+    else ((volatile char *)launder(p))[0] = 'x';
+    free(p);
   } else {
     fprintf(stderr, "bad_free: unknown mode '%s' (expected valid, stack, static, mmap, interior, interior_large, "
                     "realloc_stack, realloc_interior, double, double_large, double_later, later_|remote_|slot_free_|"
-                    "slot_new_ + small|medium|large, sized_wrong, sized_wrong_large, delete_array, corrupt_link)\n", mode);
+                    "slot_new_|overflow1_|overflow8_|underflow1_|underflow8_|uaf_write_|uaf_read_ + small|medium|large, "
+                    "sized_wrong, sized_wrong_large, delete_array, corrupt_link, zero_read, zero_write)\n", mode);
     return 2;
   }
   /* Still running: the misuse went unnoticed. */

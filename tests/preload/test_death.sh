@@ -8,27 +8,34 @@
 # "qmalloc: free(): double free"; a double free of a large block must at least be stopped with a
 # "qmalloc: free(): " line; a later double free (free p, free q, free p) is reported as INFO only,
 # since the core promises to catch the immediate one.
+# Every case runs under the default library ($QMALLOC_SO) and the hardened one
+# ($QM_HARDENED_SO, names prefixed "hardened:"); then the hardened build's own classes
+# (overflows, underflows, writes and reads after free, malloc(0)), which must each stop with their
+# line or fault (SIGSEGV at the address the program announced).
 set -u
 source "$(dirname "$0")/common.sh"
-require_env QMALLOC_SO QM_TEST_BIN
-# The heap profiler serves a sampled block as whole pages whatever its size (docs/profiling.md), so
-# with it on a "medium" block would sometimes (200 KB at 2 MiB: 9%) be a large one, freed to the page
-# heap and its pages reused at once: these cases are about the size classes, so no sampling here.
+require_env QMALLOC_SO QM_HARDENED_SO QM_TEST_BIN
+# The heap profiler (off by default) serves a sampled block as whole pages whatever its size
+# (docs/profiling.md): these cases are about the size classes, so no sampling here, whatever the
+# environment says.
 export QMALLOC_PROF_SAMPLE=0
 PROG=$QM_TEST_BIN/preload_bad_free
 [[ -x $PROG ]] || { fail "missing test program $PROG"; finish; }
 
-# run MODE: runs the program; sets STATUS, OUT (stdout), ERR (stderr file), ADDR (first stdout line)
+# run MODE: runs the program under $SO; sets STATUS, OUT (stdout), ERR (stderr file), ADDR (first stdout line)
 run() {
   # the braces take bash's own "Aborted" job notice away from the test log
-  { LD_PRELOAD=$QMALLOC_SO "$PROG" "$1" >"$QM_TMP/out" 2>"$QM_TMP/err"; } 2>/dev/null
+  { LD_PRELOAD=$SO "$PROG" "$1" >"$QM_TMP/out" 2>"$QM_TMP/err"; } 2>/dev/null
   STATUS=$?
   ADDR=$(head -n1 "$QM_TMP/out")
   ERR=$QM_TMP/err
 }
 
 show() { sed 's/^/    | /' "$ERR" | head -5; }
+pass() { echo "PASS $LABEL$*"; QM_PASSED=$((QM_PASSED + 1)); }
+fail() { echo "FAIL $LABEL$*"; QM_FAILED=$((QM_FAILED + 1)); }
 
+common_cases() {
 run valid
 if [[ $STATUS -eq 0 && ! -s $ERR ]]; then pass "valid use: exit 0, silent"
 else fail "valid use: status $STATUS, stderr:"; show; fi
@@ -125,6 +132,50 @@ for side in after before; do
   if [[ $STATUS -eq 139 ]]; then pass "guard_$side: a write just $side a 64 MiB block faulted"
   else fail "guard_$side: status $STATUS, expected 139 (SIGSEGV); stdout: $(tr '\n' ' ' <"$QM_TMP/out")"; fi
 done
-expect_line corrupt_link '^qmalloc: malloc\(\): corrupted free list \(a write after free\?\) at 0x[0-9a-f]+$' "link overwritten after free, then malloc"
+# The hardened build keeps freed blocks in a quarantine first: the overwritten words are found when
+# the block leaves it, or at exit.
+if [[ -z $LABEL ]]; then CL='^qmalloc: malloc\(\): corrupted free list \(a write after free\?\) at 0x[0-9a-f]+$'
+else CL='^qmalloc: (malloc|free|exit)\(\): (corrupted free list \(a write after free\?\) at|write after free) 0x[0-9a-f]+$'; fi
+expect_line corrupt_link "$CL" "link overwritten after free, then malloc"
+}
 
+# expect_fault MODE WHAT: killed by SIGSEGV (status 139) at the address the program announced,
+# nothing on stderr.
+expect_fault() {
+  local mode=$1 what=$2 got
+  run "$mode"
+  got=$(sed -n 's/^fault //p' "$QM_TMP/out" | head -n1)
+  if [[ $STATUS -ne 139 || -s $ERR || -z $got ]]; then
+    fail "$mode ($what): status $STATUS, expected 139 (SIGSEGV) and a 'fault <address>' line; stdout: $(tr '\n' ' ' <"$QM_TMP/out")stderr:"; show
+    return
+  fi
+  if [[ $ADDR =~ ^0x[0-9a-f]+$ ]] && (( got == ADDR )); then pass "$mode ($what): SIGSEGV at $got"
+  else fail "$mode ($what): faulted at $got, expected the announced $ADDR"; fi
+}
+
+SO=$QMALLOC_SO LABEL=""
+common_cases
+SO=$QM_HARDENED_SO LABEL="hardened: "
+common_cases
+
+# The hardened build's own classes.
+OV='^qmalloc: free\(\): overflow past the end of the block 0x[0-9a-f]+$'
+UN='^qmalloc: free\(\): underflow \(the bytes before the block were overwritten\) 0x[0-9a-f]+$'
+WAF='^qmalloc: malloc\(\): write after free 0x[0-9a-f]+$'
+for k in 1 8; do
+  for sz in small medium; do
+    expect_line overflow${k}_$sz "$OV" "$k-byte overflow past malloc's size ($sz)"
+    expect_line underflow${k}_$sz "$UN" "$k-byte underflow before a block ($sz)"
+  done
+  expect_fault overflow${k}_large "$k-byte overflow past a 1 MiB block: its guard page"
+done
+for sz in small medium; do
+  expect_line uaf_write_$sz "$WAF" "write after free, then mallocs of its size ($sz)"
+done
+expect_fault uaf_write_large "write after free of a 1 MiB block"
+expect_fault uaf_read_large "read after free of a 1 MiB block"
+expect_fault zero_read "read of malloc(0)'s block"
+expect_fault zero_write "write to malloc(0)'s block"
+
+LABEL=""
 finish
