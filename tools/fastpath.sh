@@ -51,6 +51,9 @@ case "$mode" in
     for entry in "${entries[@]}"; do
       name=${entry%%=*}; path=${entry#*=}
       if [[ -n "$path" && ! -f "$path" ]]; then outs+=("$name="); continue; fi
+      # LD_PRELOAD looks a name without a slash up in the library path, not here: make it absolute,
+      # or a relative build/libqmalloc.so would silently measure glibc.
+      [[ -z "$path" ]] || path=$(realpath "$path")
       out="$work/cg.${#outs[@]}"
       # Strings and positions uncompressed, so that the table below can read the file line by line.
       if ! env ${path:+LD_PRELOAD=$path} valgrind --tool=callgrind --compress-strings=no --compress-pos=no \
