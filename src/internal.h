@@ -159,7 +159,6 @@ void release_request(void);
 /* Starts it if asked for. Call with no allocator lock held and outside any slow-path window (it may
  * create a thread, which allocates). */
 void release_poll(void);
-bool release_running(void);
 uint64_t release_wakeups(void); /* times the thread woke (statistics) */
 void release_after_fork_child(void);
 

@@ -46,16 +46,12 @@ void *os_map_below(uintptr_t end, size_t size);
 bool os_unmap_guarded(void *addr, size_t size, os_guard_t guard);
 /* Unmaps a guard (addr, os_guard_size() bytes), not counted as mapped. */
 bool os_unmap_guard(void *addr);
-/* Turns the first os_guard_size() bytes at addr, part of a mapping of ours, into a guard. */
-bool os_protect_guard(void *addr);
 /* Unmaps; false if the kernel refused (e.g. the map-count limit: unmapping part of a merged
  * mapping splits it), in which case the range is still mapped and still the caller's. */
 bool os_unmap(void *addr, size_t size);
 /* Gives the pages back to the OS: true only if the kernel dropped them, so that they read as zero
  * on the next touch. False (mlock'ed memory, for one) leaves their contents as they were. */
 bool os_release(void *addr, size_t size);
-/* Resizes a mapping in place (mremap without moving); false if impossible. */
-bool os_resize(void *addr, size_t old_size, size_t new_size);
 /* Moves a mapping onto `target`, a mapping of at least new_size bytes that the caller owns and
  * gives up (mremap MREMAP_FIXED replaces it); the old range is unmapped. False if impossible, and
  * then both ranges are as they were. */

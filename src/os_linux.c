@@ -106,13 +106,6 @@ bool os_unmap_guard(void *addr) {
   return ok;
 }
 
-bool os_protect_guard(void *addr) {
-  int saved = errno;
-  bool ok = mprotect(addr, os_guard_size(), PROT_NONE) == 0;
-  errno = saved;
-  return ok;
-}
-
 bool os_unmap(void *addr, size_t size) {
   int saved = errno;
   bool ok = munmap(addr, size) == 0;
@@ -125,14 +118,6 @@ bool os_release(void *addr, size_t size) {
   int saved = errno;
   bool ok = madvise(addr, size, MADV_DONTNEED) == 0;
   errno = saved;
-  return ok;
-}
-
-bool os_resize(void *addr, size_t old_size, size_t new_size) {
-  int saved = errno;
-  bool ok = mremap(addr, old_size, new_size, 0) != MAP_FAILED;
-  errno = saved;
-  if (ok) stats_mapped_add((intptr_t)new_size - (intptr_t)old_size);
   return ok;
 }
 

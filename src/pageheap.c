@@ -333,7 +333,7 @@ static bool pageheap_grow(size_t npages) {
   span_t *span = pagemap_ensure((uintptr_t)p, bytes / PAGE_SIZE + guard_pages)
                      ? span_new((uintptr_t)p, bytes / PAGE_SIZE, SPAN_FREE_RELEASED) : NULL;
   if (span == NULL) {
-    (void)os_unmap_guarded(p, bytes, guard);
+    pageheap_unmap_unused(p, bytes, guard);
     return false;
   }
   if (guard_pages) pageheap_set_guard((uintptr_t)p + bytes, &pageheap_guard);
@@ -533,7 +533,7 @@ span_t *pageheap_remap(span_t *span, size_t new_npages) {
   if (new_bytes <= old_bytes) {
     /* Shrink in place: the first page past the new end becomes the guard, and the rest of the old
      * tail goes with the old guard. (A shrink by less than a guard is left to copying.) */
-    if (old_bytes - new_bytes < guard || !os_protect_guard((void *)(start + new_bytes)) ||
+    if (old_bytes - new_bytes < guard || !os_protect((void *)(start + new_bytes), guard, false) ||
         !os_unmap((void *)(start + new_bytes + guard), old_bytes - new_bytes))
       goto fail;
   } else {

@@ -91,8 +91,6 @@ void release_poll(void) {
   }
 }
 
-bool release_running(void) { return __atomic_load_n(&release_state.started, __ATOMIC_ACQUIRE); }
-
 uint64_t release_wakeups(void) { return __atomic_load_n(&release_state.wakeups, __ATOMIC_RELAXED); }
 
 void release_after_fork_child(void) {

@@ -158,4 +158,22 @@ static inline int tu_address_limit_enforced(void) {
   return pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
+/* ---- /proc/self/statm without allocating --------------------------------------------------------
+ * Field 0 is the address space (VmSize), field 1 the resident set, each returned in bytes. It uses
+ * open/read, not stdio, because fopen mallocs: tests that watch the heap (a reused range, idle
+ * release) must not allocate while they look. 0 if unreadable. */
+#include <fcntl.h>
+static inline size_t tu_statm_bytes(int field) {
+  char buf[128] = {0};
+  int fd = open("/proc/self/statm", O_RDONLY);
+  if (fd < 0 || read(fd, buf, sizeof buf - 1) <= 0) buf[0] = 0;
+  if (fd >= 0) close(fd);
+  char *at = buf;
+  for (int i = 0; i < field && at != NULL; i++) {
+    at = strchr(at, ' ');
+    if (at) at++;
+  }
+  return at ? (size_t)strtoul(at, NULL, 10) * (size_t)sysconf(_SC_PAGESIZE) : 0;
+}
+
 #endif

@@ -18,15 +18,6 @@
 
 #define BLOCKS 3000
 
-static size_t rss_now(void) {
-  char buf[128] = {0};
-  int fd = open("/proc/self/statm", O_RDONLY);
-  if (fd < 0 || read(fd, buf, sizeof buf - 1) <= 0) buf[0] = 0;
-  if (fd >= 0) close(fd);
-  char *space = strchr(buf, ' ');
-  return space ? (size_t)strtoul(space + 1, NULL, 10) * (size_t)sysconf(_SC_PAGESIZE) : 0;
-}
-
 static void *phase(void *arg) {
   static void *blocks[2][BLOCKS];
   void **mine = blocks[(uintptr_t)arg];
@@ -52,19 +43,19 @@ int main(int argc, char **argv) {
     tu_exec_self(argv, NULL); /* through the emulator under tests/cross */
     return 1;
   }
-  size_t base = rss_now();
+  size_t base = tu_statm_bytes(1);
   pthread_t t;
   pthread_create(&t, NULL, phase, (void *)1);
   phase((void *)0);
   pthread_join(t, NULL);
-  size_t peak = rss_now();
+  size_t peak = tu_statm_bytes(1);
   CHECK_MSG(peak > base + (48u << 20), "the phase did not grow RSS (%zu -> %zu): the test would prove nothing", base, peak);
   /* From here on: no allocator call. */
   size_t now = peak;
   struct timespec tick = {0, 100 * 1000000L};
   int waited = 0;
   for (; waited < 600; waited++) {
-    now = rss_now();
+    now = tu_statm_bytes(1);
     if (now - base < (peak - base) * 15 / 100) break;
     nanosleep(&tick, NULL);
   }

@@ -17,14 +17,6 @@
 #include "family.h"
 #include "testutil.h"
 
-static size_t vm_size(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
-  unsigned long v = 0;
-  if (f && fscanf(f, "%lu", &v) != 1) v = 0;
-  if (f) fclose(f);
-  return (size_t)v * (size_t)sysconf(_SC_PAGESIZE);
-}
-
 static size_t total_ram_and_swap(void) {
   FILE *f = fopen("/proc/meminfo", "r");
   char key[64];
@@ -66,7 +58,7 @@ int main(void) {
       fam->free(small);
     }
   }
-  size_t before = vm_size();
+  size_t before = tu_statm_bytes(0);
   for (int i = 0; i < 3; i++) {
     void *p = memalign((size_t)1 << 40, 100);
     if (p) {
@@ -75,7 +67,7 @@ int main(void) {
     }
     free(p);
   }
-  size_t grown = vm_size() - before;
+  size_t grown = tu_statm_bytes(0) - before;
   CHECK_MSG(grown < ((size_t)64 << 20), "three memalign(1 TiB, 100) left %zu MiB of address space mapped", grown >> 20);
   return tu_summary("api-impossible_sizes");
 }

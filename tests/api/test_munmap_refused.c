@@ -28,15 +28,6 @@ int munmap(void *addr, size_t len) {
   return (int)syscall(SYS_munmap, addr, len);
 }
 
-/* Without stdio: fopen would malloc, and small spans would take pages of the kept range first. */
-static size_t vm_size(void) {
-  char buf[64] = {0};
-  int fd = open("/proc/self/statm", O_RDONLY);
-  if (fd < 0 || read(fd, buf, sizeof buf - 1) <= 0) buf[0] = 0;
-  if (fd >= 0) close(fd);
-  return (size_t)strtoul(buf, NULL, 10) * (size_t)sysconf(_SC_PAGESIZE);
-}
-
 int main(void) {
   const size_t size = (size_t)64 << 20; /* above release_large: a mapping of its own */
   char *p = malloc(size);
@@ -52,11 +43,11 @@ int main(void) {
   /* the range was kept as free heap space: the next block of that size is served from free spans
    * that include it (possibly merged with a free neighbour), with no new mapping; asked at once,
    * before small spans (which prefer resident free pages) take pages of it */
-  size_t vm_before = vm_size();
+  size_t vm_before = tu_statm_bytes(0);
   char *q = malloc(size);
   CHECK_MSG(q != NULL && q < p + size && p < q + size, "the refused range %p was not reused (got %p)", (void *)p, (void *)q);
-  CHECK_MSG(vm_size() <= vm_before, "malloc(64 MiB) mapped new memory (%zu -> %zu bytes) instead of the kept range",
-            vm_before, vm_size());
+  CHECK_MSG(tu_statm_bytes(0) <= vm_before, "malloc(64 MiB) mapped new memory (%zu -> %zu bytes) instead of the kept range",
+            vm_before, tu_statm_bytes(0));
   if (q) memset(q, 2, size);
   free(q);
   errno = 78;

@@ -15,15 +15,6 @@
 
 #define HEADROOM (64u << 20)
 
-static size_t vm_size_bytes(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
-  unsigned long vm = 0;
-  if (!f) return 0;
-  if (fscanf(f, "%lu", &vm) != 1) vm = 0;
-  fclose(f);
-  return (size_t)vm * (size_t)sysconf(_SC_PAGESIZE);
-}
-
 static void fill_until_null(const family_t *f, size_t size, const char *what) {
   enum { MAX_BLOCKS = 1 << 20 };
   static void *blocks[MAX_BLOCKS];
@@ -49,7 +40,7 @@ static void fill_until_null(const family_t *f, size_t size, const char *what) {
 static void child_checks(const family_t *f) {
   struct rlimit rl;
   getrlimit(RLIMIT_AS, &rl);
-  rl.rlim_cur = vm_size_bytes() + HEADROOM;
+  rl.rlim_cur = tu_statm_bytes(0) + HEADROOM;
   if (setrlimit(RLIMIT_AS, &rl) != 0) {
     perror("setrlimit");
     _exit(3);

@@ -114,15 +114,6 @@ static void *worker(void *arg) {
   return NULL;
 }
 
-static size_t vm_size_bytes(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
-  unsigned long vm = 0;
-  if (!f) return 0;
-  if (fscanf(f, "%lu", &vm) != 1) vm = 0;
-  fclose(f);
-  return (size_t)vm * (size_t)sysconf(_SC_PAGESIZE);
-}
-
 static void child(void) {
   alarm(WATCHDOG_SECONDS); /* its default action ends the child: the parent reports a hang */
   pthread_barrier_init(&start, NULL, THREADS + 1);
@@ -136,7 +127,7 @@ static void child(void) {
   /* The threads and their stacks exist; now the limit, then they start. */
   struct rlimit rl;
   getrlimit(RLIMIT_AS, &rl);
-  rl.rlim_cur = vm_size_bytes() + HEADROOM;
+  rl.rlim_cur = tu_statm_bytes(0) + HEADROOM;
   if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(3);
   pthread_barrier_wait(&start);
   for (unsigned i = 0; i < THREADS; i++) pthread_join(threads[i], NULL);

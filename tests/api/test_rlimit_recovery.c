@@ -19,14 +19,6 @@
 #define MIB ((size_t)1 << 20)
 #define MAX_BLOCKS 4096
 
-static size_t vm_size(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
-  unsigned long v = 0;
-  if (f && fscanf(f, "%lu", &v) != 1) v = 0;
-  if (f) fclose(f);
-  return (size_t)v * (size_t)sysconf(_SC_PAGESIZE);
-}
-
 static size_t peak(void **blocks) {
   size_t n = 0;
   while (n < MAX_BLOCKS && (blocks[n] = malloc(MIB)) != NULL) ((char *)blocks[n++])[0] = 1;
@@ -37,7 +29,7 @@ static int child(int trim) {
   static void *blocks[MAX_BLOCKS];
   struct rlimit rl;
   getrlimit(RLIMIT_AS, &rl);
-  rl.rlim_cur = vm_size() + 400 * MIB;
+  rl.rlim_cur = tu_statm_bytes(0) + 400 * MIB;
   if (setrlimit(RLIMIT_AS, &rl) != 0) return 3;
   size_t first = peak(blocks);
   CHECK_MSG(first > 64 && first < MAX_BLOCKS, "first peak: %zu blocks of 1 MiB", first);
