@@ -54,8 +54,10 @@ QM_INLINE void freelist_set_next(void *obj, void *next) { ((uintptr_t *)obj)[0] 
  * negative value: the sign of the decoding XOR is the test, one branch. */
 QM_INLINE void *freelist_take(void *obj) {
   uintptr_t key = freelist_key(obj);
-  intptr_t next = (intptr_t)(((uintptr_t *)obj)[0] ^ key);
-  if (QM_UNLIKELY(next < 0 || !freelist_tagged(obj, key))) check_fail_corrupted(obj);
+  intptr_t next;
+  /* The tag before the link: the decoding XOR then consumes the key in its register (no copy). */
+  if (QM_UNLIKELY(!freelist_tagged(obj, key) || (next = (intptr_t)(((uintptr_t *)obj)[0] ^ key)) < 0))
+    check_fail_corrupted(obj);
   ((uintptr_t *)obj)[1] = 0;
   return (void *)next;
 }

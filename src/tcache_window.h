@@ -65,6 +65,53 @@ _Static_assert(LIST_STOP - 1 >= 0x8000u && LIST_STOP + 2 * TCACHE_LIST_MAX_LENGT
 
 #define QM_WINDOW_INLINE static inline __attribute__((always_inline))
 
+/* A list as the fast paths see it: on x86-64 an offset from the thread pointer, read and written
+ * through %fs (GCC's __seg_fs named address space), so that no instruction turns the thread
+ * pointer into an address (api.c, tcache_list_from). Elsewhere an ordinary pointer. */
+#if defined(__x86_64__) && defined(__SEG_FS)
+#define QM_FAST_LIST_IN_FS 1
+typedef tcache_list_t __seg_fs tcache_fast_list_t;
+#else
+#define QM_FAST_LIST_IN_FS 0
+typedef tcache_list_t tcache_fast_list_t;
+#endif
+
+/* The fast paths' view of one of this thread's own lists (unit-reclaim plays a push by hand). */
+QM_WINDOW_INLINE tcache_fast_list_t *list_as_fast(tcache_list_t *list) {
+#if QM_FAST_LIST_IN_FS
+  uintptr_t thread_pointer;
+  __asm__("movq %%fs:0, %0" : "=r"(thread_pointer));
+  return (tcache_fast_list_t *)((uintptr_t)list - thread_pointer);
+#else
+  return list;
+#endif
+}
+
+/* The fast paths' loads and stores of a list's shared fields (a taker reads them). GCC's __atomic
+ * builtins do not take a named address space; on x86-64 (the only place one is used) every aligned
+ * load is an acquire and every store a release (TSO), so a volatile access, kept after the
+ * list's other stores by a compiler barrier, is what a relaxed load and a release store compile to
+ * anyway. */
+#if QM_FAST_LIST_IN_FS
+QM_WINDOW_INLINE uint16_t list_load_count(tcache_fast_list_t *list) { return ((volatile tcache_fast_list_t *)list)->count; }
+QM_WINDOW_INLINE void list_store_count_release(tcache_fast_list_t *list, uint16_t count) {
+  __asm__ volatile("" : : : "memory");
+  ((volatile tcache_fast_list_t *)list)->count = count;
+}
+QM_WINDOW_INLINE void list_store_head_release(tcache_fast_list_t *list, void *head) {
+  __asm__ volatile("" : : : "memory");
+  ((volatile tcache_fast_list_t *)list)->head = head;
+}
+#else
+QM_WINDOW_INLINE uint16_t list_load_count(tcache_fast_list_t *list) { return __atomic_load_n(&list->count, __ATOMIC_RELAXED); }
+QM_WINDOW_INLINE void list_store_count_release(tcache_fast_list_t *list, uint16_t count) {
+  __atomic_store_n(&list->count, count, __ATOMIC_RELEASE);
+}
+QM_WINDOW_INLINE void list_store_head_release(tcache_fast_list_t *list, void *head) {
+  __atomic_store_n(&list->head, head, __ATOMIC_RELEASE);
+}
+#endif
+
 /* Compiler ordering: a pop's begin needs no "memory" clobber. Loads the compiler moves above it
  * are harmless (a stopped pop gives up without using them), and the list's stores depend on the
  * branch that follows it. An end must keep the list's stores before it. */
@@ -78,8 +125,8 @@ _Static_assert(LIST_STOP - 1 >= 0x8000u && LIST_STOP + 2 * TCACHE_LIST_MAX_LENGT
  * taker can change the count, and what it sets (LIST_STOP) makes the subtract negative, so a
  * pop that goes on read the count it marked. False when the list is empty, at its floor, or
  * stopped. */
-QM_WINDOW_INLINE bool list_begin_pop(tcache_list_t *list, uint16_t *before) {
-  *before = __atomic_load_n(&list->count, __ATOMIC_RELAXED);
+QM_WINDOW_INLINE bool list_begin_pop(tcache_fast_list_t *list, uint16_t *before) {
+  *before = list_load_count(list);
   bool negative;
   __asm__ volatile("subw $1, %0" : "+m"(list->count), "=@ccs"(negative));
   return !negative;
@@ -92,7 +139,7 @@ QM_WINDOW_INLINE bool window_enter(tcache_t *tc) {
 }
 #else
 #define QM_ADD_MEM(suffix, field, delta, ...) __atomic_add_fetch(&(field), (delta), __ATOMIC_SEQ_CST)
-QM_WINDOW_INLINE bool list_begin_pop(tcache_list_t *list, uint16_t *before) {
+QM_WINDOW_INLINE bool list_begin_pop(tcache_fast_list_t *list, uint16_t *before) {
   *before = __atomic_fetch_sub(&list->count, 1, __ATOMIC_SEQ_CST);
   return (int16_t)(*before - 1) >= 0;
 }
@@ -101,15 +148,15 @@ QM_WINDOW_INLINE bool window_enter(tcache_t *tc) {
 }
 #endif
 
-QM_WINDOW_INLINE void list_undo_pop(tcache_list_t *list) { QM_ADD_MEM("w", list->count, 1, "cc"); }
+QM_WINDOW_INLINE void list_undo_pop(tcache_fast_list_t *list) { QM_ADD_MEM("w", list->count, 1, "cc"); }
 /* A pop's end: count is the count after it (even). The release store keeps the list's own stores
  * before it. */
-QM_WINDOW_INLINE void list_end_pop(tcache_list_t *list, uint16_t count) {
-  __atomic_store_n(&list->count, count, __ATOMIC_RELEASE);
+QM_WINDOW_INLINE void list_end_pop(tcache_fast_list_t *list, uint16_t count) {
+  list_store_count_release(list, count);
 }
 /* A push's end: an add in memory, not a store of the count it read, so that a stop bit set since
  * survives it ("memory": the link and head stores stay before it). */
-QM_WINDOW_INLINE void list_end_push(tcache_list_t *list) { QM_ADD_MEM("w", list->count, 2, "cc", "memory"); }
+QM_WINDOW_INLINE void list_end_push(tcache_fast_list_t *list) { QM_ADD_MEM("w", list->count, 2, "cc", "memory"); }
 QM_WINDOW_INLINE void window_leave(tcache_t *tc) { QM_ADD_MEM("l", tc->op_seq, 1, "cc", "memory"); }
 
 /* The slow half's view of a list, in objects (the owner's, outside any push or pop). */

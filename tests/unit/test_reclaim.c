@@ -161,7 +161,7 @@ static void *flight_worker(void *arg) {
     freelist_mark(obj, head, freelist_key(obj));
     list->head = obj;
   }
-  list_end_push(list);
+  list_end_push(list_as_fast(list));
   qm_free(qm_malloc(256)); /* the next slow path repairs the list */
   tcache_t *tc = tcache_open();
   flight_check = tcache_check(tc);
