@@ -118,8 +118,7 @@ QM_INLINE void *malloc_fast(size_t size) {
  * maximum (0 for a thread not set up or exiting, and for the 8-byte class; a stopped list is above
  * any) and the object does not carry its free tag already (a double free, however delayed, and from
  * whichever thread the first free came; or a slot never handed out). Gives up before writing. */
-QM_INLINE void free_push(void *ptr, unsigned cls) {
-  tcache_fast_list_t *list = tcache_list_at((size_t)cls * sizeof(tcache_list_t));
+QM_INLINE void free_push_to(void *ptr, tcache_fast_list_t *list) {
   uint16_t count = list_load_count(list);
   void *head = list->head;
   uintptr_t key = freelist_key(ptr);
@@ -130,6 +129,53 @@ QM_INLINE void free_push(void *ptr, unsigned cls) {
     return;
   }
   free_push_slow(ptr, list);
+}
+
+QM_INLINE void free_push(void *ptr, unsigned cls) { free_push_to(ptr, tcache_list_at((size_t)cls * sizeof(tcache_list_t))); }
+
+/* The thread's cache as the fast paths see it (through %fs where the lists are, tcache_window.h). */
+#if QM_FAST_LIST_IN_FS
+typedef tcache_t __seg_fs tcache_fast_t;
+#else
+typedef tcache_t tcache_fast_t;
+#endif
+QM_INLINE tcache_fast_t *tcache_fast(uintptr_t tls_offset) {
+#if QM_FAST_LIST_IN_FS
+  return (tcache_fast_t *)tls_offset;
+#else
+  (void)tls_offset;
+  return &tcache_self;
+#endif
+}
+
+/* The page map's small entry for addr (PAGEMAP_SMALL_ENTRY: span start | class; 0 for anything
+ * but a page of a small span). A free usually lands in the same 1 GiB leaf as this thread's last
+ * one (the heap grows as one contiguous range, docs/design.md), so the thread keeps that leaf:
+ * a compare of the root index instead of the root's bounds check, load and NULL test (3
+ * instructions fewer, make fastpath); a free elsewhere takes the root and moves the cache. */
+QM_INLINE uintptr_t pagemap_small_entry(uintptr_t addr, uintptr_t tls_offset) {
+  uintptr_t page = addr >> PAGE_SHIFT, key = page >> PAGEMAP_LEAF_BITS;
+  tcache_fast_t *tc = tcache_fast(tls_offset);
+  if (QM_UNLIKELY(key != tc->leaf_key)) {
+    /* Inline, not a call: a call would make GCC set up a stack frame on the fast path too. */
+    pagemap_leaf_t *leaf = pagemap_leaf_of(addr);
+    if (leaf == NULL) return 0;
+    tc->leaf_base = (uintptr_t)leaf->small - (key << PAGEMAP_LEAF_BITS) * sizeof(uintptr_t);
+    tc->leaf_key = key;
+  }
+  return __atomic_load_n((const uintptr_t *)(tc->leaf_base + page * sizeof(uintptr_t)), __ATOMIC_RELAXED);
+}
+
+/* sizeclass_magic[twice_cls / 2] in one load with a scaled index (GCC otherwise halves the index,
+ * or computes the address apart: one instruction more, measured with make fastpath). */
+QM_INLINE uint64_t sizeclass_magic_of_twice(size_t twice_cls) {
+#if defined(__x86_64__)
+  uint64_t magic;
+  __asm__("movq (%1,%2,4), %0" : "=r"(magic) : "r"(sizeclass_magic), "r"(twice_cls), "m"(*(const uint64_t(*)[SIZECLASS_COUNT])sizeclass_magic));
+  return magic;
+#else
+  return sizeclass_magic[twice_cls / 2];
+#endif
 }
 
 /* free stays here when: the page map says ptr is on a page of a small span, at an object
@@ -143,20 +189,18 @@ QM_INLINE void free_fast(void *ptr, unsigned expected, size_t size) {
     return;
   }
   uintptr_t addr = (uintptr_t)ptr;
-  pagemap_leaf_t *leaf = pagemap_leaf_of(addr);
-  if (QM_LIKELY(leaf != NULL)) {
-    uintptr_t entry = __atomic_load_n(&leaf->small[(addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], __ATOMIC_RELAXED);
-    unsigned cls = entry & 0xff;
-    /* From the span's first object: addr is on a page of that span, so the offset is below the
-     * span's length (< 2^32, which the divisibility test requires) without truncating. */
-    uint64_t offset = addr + cls;
-    __asm__("" : "+r"(offset)); /* (addr + cls) - entry: a lea and a subtract, not a copy and two */
-    offset -= entry;
-    uint64_t magic = sizeclass_magic[cls];
-    if (QM_LIKELY(offset * magic < magic && (expected == 0 || cls == expected))) {
-      free_push(ptr, cls);
-      return;
-    }
+  uintptr_t tls_offset = tcache_tls_offset();
+  uintptr_t entry = pagemap_small_entry(addr, tls_offset);
+  size_t twice_cls = entry & 0xff; /* the class * 2 (PAGEMAP_SMALL_ENTRY): a scaled index as it is */
+  /* From the span's first object: addr is on a page of that span, so the offset is below the
+   * span's length (< 2^32, which the divisibility test requires) without truncating. */
+  uint64_t offset = addr + twice_cls;
+  __asm__("" : "+r"(offset)); /* (addr + twice_cls) - entry: a lea and a subtract, not a copy and two */
+  offset -= entry;
+  uint64_t magic = sizeclass_magic_of_twice(twice_cls);
+  if (QM_LIKELY(offset * magic < magic && (expected == 0 || twice_cls == 2 * expected))) {
+    free_push_to(ptr, tcache_list_from(twice_cls * (sizeof(tcache_list_t) / 2), tls_offset));
+    return;
   }
   free_slow(ptr, expected, size);
 }
@@ -236,9 +280,9 @@ static block_t block_of(void *ptr, const char *call, bool freeing) {
   if (leaf != NULL) {
     size_t i = (addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1);
     uintptr_t entry = __atomic_load_n(&leaf->small[i], __ATOMIC_RELAXED);
-    unsigned cls = entry & 0xff;
+    unsigned cls = pagemap_entry_class(entry);
     if (cls != 0) {
-      if ((addr - (entry - cls)) % sizeclass_size[cls] == 0) {
+      if ((addr - pagemap_entry_span_start(entry)) % sizeclass_size[cls] == 0) {
         if (sizeclass_size[cls] >= 16 && freelist_tagged(ptr, freelist_key(ptr))) {
           if (freeing) check_fail_double_free(call, ptr);
           check_fail_invalid(call, ptr);

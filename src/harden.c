@@ -193,7 +193,7 @@ static void harden_check_before(void *obj, unsigned cls, const char *call) {
   uintptr_t addr = (uintptr_t)obj;
   pagemap_leaf_t *leaf = pagemap_leaf_of(addr);
   uintptr_t entry = leaf->small[(addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)];
-  uintptr_t span_start = entry - cls;
+  uintptr_t span_start = pagemap_entry_span_start(entry);
   size_t slot = sizeclass_size[cls];
   if (addr == span_start) return;
   void *before = (void *)(addr - slot);

@@ -15,7 +15,7 @@
 #include "os.h"
 #include "tcache_window.h"
 
-__thread tcache_t tcache_self __attribute__((tls_model("initial-exec")));
+__thread tcache_t tcache_self __attribute__((tls_model("initial-exec"))) = {.leaf_key = UINTPTR_MAX};
 
 /* The least budget a thread keeps; stealing stops there. */
 #define TCACHE_MIN_SIZE TCACHE_STEAL_STEP
@@ -72,7 +72,7 @@ const char *tcache_check(const tcache_t *tc) {
     for (void *p = list->head; p != NULL && n <= TCACHE_LIST_MAX_LENGTH + 1u; p = freelist_next(p)) {
       pagemap_leaf_t *leaf = pagemap_leaf_of((uintptr_t)p);
       uintptr_t entry = leaf ? leaf->small[((uintptr_t)p >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)] : 0;
-      if ((entry & 0xff) != cls) return "an object on a list of another class";
+      if (pagemap_entry_class(entry) != cls) return "an object on a list of another class";
       if (!freelist_tagged(p, freelist_key(p))) return "an object on a list without its free tag";
       n++;
     }

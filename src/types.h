@@ -57,7 +57,13 @@ typedef struct pagemap_leaf_s {
   span_t *spans[PAGEMAP_LEAF_LEN];
 } pagemap_leaf_t;
 
-#define PAGEMAP_SMALL_ENTRY(span_start, cls) ((uintptr_t)(span_start) | (uintptr_t)(cls))
+/* A small entry: the span's start (page-aligned) | class * 2. Twice the class, so that free's
+ * fast path indexes both the magic table (8-byte rows: scale 4) and the thread's lists (16-byte
+ * rows: scale 8) with the entry's low byte as it is, in x86-64 addressing modes (api.c). */
+#define PAGEMAP_SMALL_ENTRY(span_start, cls) ((uintptr_t)(span_start) | ((uintptr_t)(cls) << 1))
+_Static_assert(SIZECLASS_COUNT * 2 <= 256, "class * 2 must fit the entry's low byte");
+static inline unsigned pagemap_entry_class(uintptr_t entry) { return (unsigned)(entry & 0xff) >> 1; }
+static inline uintptr_t pagemap_entry_span_start(uintptr_t entry) { return entry & ~(uintptr_t)0xff; }
 
 /* ---- thread cache (tcache.c; the fast paths in api.c read and write it too) ---------------- */
 
@@ -85,6 +91,12 @@ typedef struct tcache_s {
    * path subtracts each request and leaves when it goes negative (prof.c refills it; parked at
    * INT64_MAX with sampling off). 0 in a new thread, so its first malloc draws the interval. */
   int64_t prof_countdown;
+  /* free's cache of the page map (api.c, pagemap_small_entry): the root index (address >> 30) of
+   * the leaf it last used, and that leaf's small[] array minus the index's first page, so that the
+   * entry of any page in that 1 GiB is leaf_base[address >> PAGE_SHIFT]. Starts at an index no
+   * address has (tcache.c's initializer). Leaves are never freed: a cached one stays valid. */
+  uintptr_t leaf_key;
+  uintptr_t leaf_base;
   /* The slow paths' window (tcache_window.h): odd while the owner is in a slow path; bit 31 set
    * by a thread taking the cache back. */
   int32_t op_seq;
