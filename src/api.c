@@ -272,6 +272,17 @@ typedef struct block_s {
 
 static QM_NOINLINE QM_COLD __attribute__((noreturn)) void free_fail(void *ptr, const char *call);
 
+/* Whether `size` can name a small block of class cls to free_sized and sized delete: its own
+ * class, or a size down to half the block's, because realloc keeps a block in place down to half
+ * its size and grows one with a quarter to spare (realloc_impl), as TCMalloc does, which saves a
+ * copy at each step of a block shrunk or grown by steps. A size outside that names another block
+ * (a delete on a new[] array, a size from another object): the program stops. A size inside it
+ * but not the one asked is accepted: harmless, since the block goes back to its real class. */
+static bool sized_free_names(unsigned cls, size_t size) {
+  size_t block = sizeclass_size[cls];
+  return sizeclass_of(size) == cls || (size <= block && block <= 2 * size);
+}
+
 /* A small block that carries its free tag is not live: freeing it again is a double free, any
  * other use (realloc, malloc_usable_size) names an invalid pointer. */
 static block_t block_of(void *ptr, const char *call, bool freeing) {
@@ -346,7 +357,8 @@ static QM_NOINLINE void free_slow(void *ptr, unsigned expected, size_t size) {
   block_t b = block_of(ptr, expected ? "free_sized()" : "free()", true);
   /* A sampled block is whole pages whatever its size: any small size may name it. */
   bool sampled = b.cls == 0 && b.span->sampled;
-  if (expected != 0 && b.cls != expected && !sampled) check_fail_size("free_sized()", size, ptr);
+  if (expected != 0 && b.cls != expected && !sampled && (b.cls == 0 || !sized_free_names(b.cls, size)))
+    check_fail_size("free_sized()", size, ptr);
   if (b.cls != 0) {
     free_push(ptr, b.cls);
   } else {
@@ -398,8 +410,21 @@ static void *realloc_impl(void *ptr, size_t size) {
   block_t b = block_of(ptr, "realloc()", false);
   size_t old = block_usable(b);
   if (b.cls != 0) {
-    /* In place only within the same class, so free_sized(ptr, size) still finds the class. */
-    if (size <= SMALL_MAX && sizeclass_of(size) == b.cls) return ptr;
+    if (size <= SMALL_MAX && sized_free_names(b.cls, size)) return ptr; /* in place */
+    if (size > old && size <= SMALL_MAX) {
+      /* Growing: a quarter more than the block, when that is more than asked, so that a block
+       * grown step by step is copied O(log) times, not at every class; the size asked still
+       * names the result for free_sized (at least 4/5 of it). */
+      size_t roomy = old + old / 4;
+      if (roomy > size && roomy <= SMALL_MAX && sized_free_names(sizeclass_of(roomy), size)) {
+        void *fresh = malloc_fast(roomy);
+        if (fresh != NULL) {
+          memcpy(fresh, ptr, old);
+          free_fast(ptr, 0, 0);
+          return fresh;
+        }
+      }
+    }
   } else if (size > SMALL_MAX && size <= PTRDIFF_MAX) {
     size_t npages = (size + PAGE_MASK) >> PAGE_SHIFT;
     void *same = NULL;
@@ -604,7 +629,7 @@ static QM_NOINLINE void free_sized_slow(void *ptr, size_t size, size_t alignment
   /* as alloc_large rounds; a huge block's mapping is also rounded to whole kernel pages */
   size_t pages = size ? (size + PAGE_MASK) >> PAGE_SHIFT : 1;
   size_t slack = b.span != NULL && b.span->direct && os_page_size() > PAGE_SIZE ? os_page_size() / PAGE_SIZE : 1;
-  bool named = b.cls != 0 ? expected == b.cls : (expected == 0 || b.span->sampled) && pages <= b.span->npages && b.span->npages - pages < slack;
+  bool named = b.cls != 0 ? expected == b.cls || (alignment <= 16 && sized_free_names(b.cls, size)) : (expected == 0 || b.span->sampled) && pages <= b.span->npages && b.span->npages - pages < slack;
   if (!named) check_fail_size("free_sized()", size, ptr);
   if (b.cls != 0) free_push(ptr, b.cls);
   else free_large(b.span, ptr);
