@@ -94,6 +94,9 @@ QM_INLINE void *malloc_cached(size_t size, uintptr_t tls_offset) {
     /* The head is read before the pop's mark: a pop that gives up does not use it, and the
      * head-to-next chain starts earlier (malloc-test 3% faster, measured). */
     void *obj = list->head;
+#if defined(__x86_64__)
+    __asm__("" : "+a"(obj)); /* in the return register from the start: no copy at the end */
+#endif
     if (QM_LIKELY(list_begin_pop(list, &before))) {
       list->head = freelist_take(obj);
       list_end_pop(list, (uint16_t)(before - 2)); /* one object fewer */
