@@ -27,6 +27,7 @@ static struct {
   intptr_t unclaimed;       /* total budget minus what live caches hold; may go negative */
   tcache_t *steal_cursor;   /* next victim, round robin */
   pthread_key_t exit_key;   /* its destructor hands the cache back at thread exit */
+  bool exit_key_ok;         /* pthread_key_create succeeded: without it no thread keeps a cache */
   uint64_t retired_refills, retired_flushes, retired_gc_runs; /* counters of exited threads */
   bool can_stop_others;     /* membarrier(2) works: idle caches can be taken back */
   uint64_t next_scan_ms;    /* when the next idle scan is due (read without the lock) */
@@ -34,6 +35,8 @@ static struct {
 } tcache_registry = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void tcache_thread_exit(void *unused);
+static void tcache_unregister(tcache_t *tc);
+static void tcache_flush_all(tcache_t *tc);
 
 /* ---- moving objects to the central lists --------------------------------------------------- */
 
@@ -99,6 +102,12 @@ static void tcache_debug_check(const tcache_t *tc, const char *where) {
 static void tcache_thread_init(tcache_t *tc) {
   init_process();
   if (tc->state == TCACHE_LIVE) return; /* init_process's own allocations made it already */
+  if (!tcache_registry.exit_key_ok) {
+    /* Nothing would hand the cache back at thread exit, and a dead thread's memory is reused for
+     * the next one's: the thread works uncached, as an exiting one does (slower, never wrong). */
+    tc->state = TCACHE_DEAD;
+    return;
+  }
   pthread_mutex_lock(&tcache_registry.lock);
   size_t claim = TCACHE_START_SIZE;
   if (tcache_registry.unclaimed < (intptr_t)claim)
@@ -116,7 +125,14 @@ static void tcache_thread_init(tcache_t *tc) {
   pthread_key_t key = tcache_registry.exit_key;
   pthread_mutex_unlock(&tcache_registry.lock);
   tc->state = TCACHE_LIVE;
-  pthread_setspecific(key, tc); /* may allocate (keys past 32): the cache is live already */
+  /* May allocate (keys past 32): the cache is live already. If it fails (ENOMEM), the cache is
+   * handed back now and the thread goes on uncached. */
+  if (pthread_setspecific(key, tc) != 0) {
+    tcache_flush_all(tc); /* what a nested malloc inside it may have cached */
+    for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) list_set_max(&tc->lists[cls], 0);
+    tcache_unregister(tc);
+    return;
+  }
   tcache_housekeeping();
 }
 
@@ -177,6 +193,12 @@ static void tcache_thread_exit(void *unused) {
   tcache_flush_all(tc);
   for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++)
     list_set_max(&tc->lists[cls], 0); /* every later free of this thread takes the slow path */
+  tcache_unregister(tc);
+  tcache_close(tc);
+}
+
+/* Takes a cache with empty lists out of the registry, its budget back, and marks it dead. */
+static void tcache_unregister(tcache_t *tc) {
   pthread_mutex_lock(&tcache_registry.lock);
   if (tc->prev) tc->prev->next = tc->next;
   else tcache_registry.head = tc->next;
@@ -190,7 +212,6 @@ static void tcache_thread_exit(void *unused) {
   pthread_mutex_unlock(&tcache_registry.lock);
   tc->capacity = 0;
   tc->state = TCACHE_DEAD;
-  tcache_close(tc);
 }
 
 /* ---- budget ------------------------------------------------------------------------------------ */
@@ -523,7 +544,11 @@ void tcache_unlock_after_fork(bool child) {
 }
 
 void tcache_init(void) {
-  pthread_key_create(&tcache_registry.exit_key, tcache_thread_exit); /* does not allocate */
+  /* Does not allocate. Fails only when the process has used every key (PTHREAD_KEYS_MAX): then
+   * threads run uncached (tcache_thread_init) rather than set a key that is not ours. */
+  int err = pthread_key_create(&tcache_registry.exit_key, tcache_thread_exit);
+  tcache_registry.exit_key_ok = err == 0;
+  if (err != 0) log_printf(2, "qmalloc: note: pthread_key_create failed (error %d): threads run without caches\n", err);
   tcache_registry.can_stop_others = os_membarrier_init();
   if (!tcache_registry.can_stop_others && option(OPTION_TCACHE_IDLE_MS) != 0 && option(OPTION_VERBOSE))
     log_printf(2, "qmalloc: note: membarrier(2) is not available; caches of idle threads stay with them\n");
