@@ -421,12 +421,11 @@ static QM_NOINLINE void *aligned_hardened(size_t alignment, size_t size) {
 /* Large blocks: their pages but the guard. */
 static size_t large_usable_hardened(const span_t *span) { return ((size_t)span->npages - 1) * PAGE_SIZE; }
 
-/* The quarantine is over its byte bound for ptr (large small blocks): random blocks leave it
- * until ptr fits; or the thread is exiting and ptr goes to the lists at once. */
-static QM_NOINLINE void quarantine_make_room_hardened(void *ptr, unsigned cls) {
-  unsigned leaving_cls;
-  for (void *leaving; (leaving = harden_quarantine_evict(sizeclass_size[cls], &leaving_cls)) != NULL;) free_push(leaving, leaving_cls);
-  if (!harden_quarantine_put(ptr, cls)) free_push(ptr, cls);
+/* A larger block took a smaller one's place in the quarantine: random blocks leave it until it is
+ * back under its byte bound. */
+static QM_NOINLINE void quarantine_trim_hardened(void) {
+  unsigned cls;
+  for (void *leaving; (leaving = harden_quarantine_over(&cls)) != NULL;) free_push(leaving, cls);
 }
 
 /* A small block's free after its class and span are known: checked and filled, into the
@@ -435,8 +434,8 @@ QM_INLINE void free_small_hardened(void *ptr, unsigned cls, uintptr_t span_start
   harden_retire(ptr, cls, span_start, sized, size, call);
   unsigned leaving_cls;
   void *leaving = harden_quarantine_swap(ptr, cls, &leaving_cls);
-  if (QM_UNLIKELY(leaving == ptr)) quarantine_make_room_hardened(ptr, cls);
-  else if (leaving != NULL) free_push(leaving, leaving_cls);
+  if (leaving != NULL) free_push(leaving, leaving_cls);
+  if (QM_UNLIKELY(harden_quarantine_is_over())) quarantine_trim_hardened();
 }
 
 /* NULL, zero-size, large, invalid and double-freed pointers. */
@@ -473,7 +472,7 @@ QM_INLINE void free_hardened(void *ptr, size_t size, bool sized, const char *cal
 
 static QM_NOINLINE void quarantine_flush_hardened(void) {
   unsigned cls;
-  for (void *leaving; (leaving = harden_quarantine_evict(SIZE_MAX, &cls)) != NULL;) free_push(leaving, cls);
+  for (void *leaving; (leaving = harden_quarantine_evict(&cls)) != NULL;) free_push(leaving, cls);
 }
 
 /* Within its class a small block is resized in place; anything else moves (the old block then

@@ -66,21 +66,16 @@ static void *harden_leave(harden_thread_t *t, uint32_t i, unsigned *cls) {
   return obj;
 }
 
-void *harden_quarantine_evict(size_t incoming, unsigned *cls) {
+void *harden_quarantine_over(unsigned *cls) {
   harden_thread_t *t = &harden_self;
-  if (t->closed || t->count == 0) return NULL;
-  if (t->count < HARDEN_QUARANTINE_SLOTS && incoming <= HARDEN_QUARANTINE_BYTES - t->bytes) return NULL;
+  if (t->bytes <= HARDEN_QUARANTINE_BYTES) return NULL;
   return harden_leave(t, harden_below(t, t->count), cls);
 }
 
-bool harden_quarantine_put(void *obj, unsigned cls) {
+void *harden_quarantine_evict(unsigned *cls) {
   harden_thread_t *t = &harden_self;
-  if (t->closed) return false;
-  t->blocks[t->count] = obj;
-  t->classes[t->count] = (uint8_t)cls;
-  t->count++;
-  t->bytes += sizeclass_size[cls];
-  return true;
+  if (t->closed || t->count == 0) return NULL;
+  return harden_leave(t, harden_below(t, t->count), cls);
 }
 
 void harden_thread_exit(void) {
