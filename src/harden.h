@@ -85,16 +85,33 @@ QM_INLINE size_t harden_fill_end(size_t slot) { return slot < 16 + HARDEN_FILL_M
 
 QM_INLINE uint64_t *harden_last_word(void *obj, size_t slot) { return (uint64_t *)(void *)((char *)obj + slot - 8); }
 
-/* Fills [16, end) of obj (end a multiple of 16) with the pattern: the whole HARDEN_FILL_MAX bytes
- * straight-line (16 stores), shorter runs in a loop. */
+/* Fills [16, end) of obj (end a multiple of 16, at most 16 + HARDEN_FILL_MAX) with the pattern. */
 QM_INLINE void harden_fill_to(void *obj, size_t end) {
   harden_vec_t *v = (harden_vec_t *)(void *)((char *)obj + 16);
-  if (end == 16 + HARDEN_FILL_MAX) {
+  if (end == 16 + HARDEN_FILL_MAX) { /* slots of 272 bytes and more: no jump */
 #pragma GCC unroll 16
     for (size_t i = 0; i < HARDEN_FILL_MAX / 16; i++) v[i] = HARDEN_PATTERN_VEC;
     return;
   }
-  for (size_t i = 0, k = (end - 16) / 16; i < k; i++) v[i] = HARDEN_PATTERN_VEC;
+  switch ((end - 16) / 16) { /* one jump into straight-line stores, not a loop */
+    case 16: v[15] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 15: v[14] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 14: v[13] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 13: v[12] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 12: v[11] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 11: v[10] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 10: v[9] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 9: v[8] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 8: v[7] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 7: v[6] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 6: v[5] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 5: v[4] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 4: v[3] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 3: v[2] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 2: v[1] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 1: v[0] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    default: break;
+  }
 }
 
 /* A freed block's fill: [16, fill end) and its last word. (Slots of 16 bytes are all tag.) */
@@ -105,21 +122,38 @@ QM_INLINE void harden_fill(void *obj, size_t slot) {
 }
 
 /* Whether obj's fill is intact: [16, fill end) and its last word all pattern. The vectors are
- * OR-ed together without an early exit, in two chains; 16 of them (slots of 272 bytes and more)
- * straight-line. */
+ * OR-ed together without an early exit, in two chains. */
 QM_INLINE bool harden_holds_fill(const void *obj, size_t slot) {
   if (slot <= 16) return true;
   const harden_vec_t *v = (const harden_vec_t *)(const void *)((const char *)obj + 16);
   harden_vec_t a = {0, 0}, b = {0, 0};
   size_t k = (harden_fill_end(slot) - 16) / 16;
-  if (k == HARDEN_FILL_MAX / 16) {
+  if (k == HARDEN_FILL_MAX / 16) { /* slots of 272 bytes and more: no jump */
 #pragma GCC unroll 8
     for (size_t i = 0; i < HARDEN_FILL_MAX / 16; i += 2) {
       a |= v[i] ^ HARDEN_PATTERN_VEC;
       b |= v[i + 1] ^ HARDEN_PATTERN_VEC;
     }
-  } else {
-    for (size_t i = 0; i < k; i++) a |= v[i] ^ HARDEN_PATTERN_VEC;
+    k = 0;
+  }
+  switch (k) { /* one jump into straight-line code, not a loop */
+    case 16: b |= v[15] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 15: a |= v[14] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 14: b |= v[13] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 13: a |= v[12] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 12: b |= v[11] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 11: a |= v[10] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 10: b |= v[9] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 9: a |= v[8] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 8: b |= v[7] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 7: a |= v[6] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 6: b |= v[5] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 5: a |= v[4] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 4: b |= v[3] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 3: a |= v[2] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 2: b |= v[1] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    case 1: a |= v[0] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
+    default: break;
   }
   a |= b;
   uint64_t last = *(const uint64_t *)(const void *)((const char *)obj + slot - 8);
