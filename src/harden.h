@@ -38,6 +38,7 @@
  * filling and checking whole blocks made the hardened build 4 to 50 times slower than the default
  * one on mtbench's quick preset (docs/hardening.md). */
 #define HARDEN_FILL_MAX 256
+_Static_assert(HARDEN_FILL_MAX % 32 == 0, "the fill's check goes two vectors at a time");
 /* The canary runs from the request's end for at most HARDEN_CANARY_MAX bytes (to the record if
  * nearer): an overflow that starts at the end of the block runs through it whatever its length. */
 #define HARDEN_CANARY_MAX 64
