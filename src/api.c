@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "freelist.h"
+#include "harden.h"
 #include "internal.h"
 #include "log.h"
 #include "os.h"
@@ -19,9 +20,9 @@ static void *malloc_slow(size_t size);
 static void *malloc_sample_slow(size_t size);
 static void free_slow(void *ptr, unsigned expected, size_t size);
 static void free_push_slow(void *ptr, tcache_fast_list_t *list);
-/* The hardened build's malloc and free (qm_hardened: every call leaves the fast paths). */
-static void *malloc_hardened(size_t size);
-static void free_hardened(void *ptr, size_t size, bool sized, const char *call);
+/* The hardened build's malloc and free (qm_hardened: their own thread-cache paths, harden.h). */
+QM_INLINE void *malloc_hardened(size_t size);
+QM_INLINE void free_hardened(void *ptr, size_t size, bool sized, const char *call);
 
 /* ================================ the fast paths ============================================= */
 
@@ -447,19 +448,24 @@ static bool is_power_of_two(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
 /* ================================ the hardened build ========================================== */
 /* With qm_hardened (libqmalloc-hardened) every malloc and free takes these paths: the checks and
- * the layout of blocks are harden.c's (docs/hardening.md); what is here is which layer to call.
- * Small blocks take the class of request + HARDEN_TAIL (canary and record); large ones one page
- * more (the guard); zero-size ones point into an inaccessible range. */
+ * the layout of blocks are harden.h's and harden.c's (docs/hardening.md); what is here is which
+ * layer to call. Small blocks take the class of request + HARDEN_TAIL (canary and record) from the
+ * thread cache as malloc_cached does, and go back through the thread's quarantine to free_push; large
+ * ones get one page more (the guard); zero-size ones point into an inaccessible range. */
 
-static QM_NOINLINE void *malloc_hardened(size_t size) {
+static QM_NOINLINE void *malloc_hardened_slow(size_t size) {
   if (size == 0) return harden_zero_alloc();
   if (size > PTRDIFF_MAX) return fail_enomem();
-  if (size > SMALL_MAX - HARDEN_TAIL) {
-    if (QM_UNLIKELY(!init_done)) init_process();
-    return alloc_large(size, PAGE_SIZE, NULL);
+  if (QM_UNLIKELY(!init_done)) init_process();
+  return alloc_large(size, PAGE_SIZE, NULL);
+}
+
+QM_INLINE void *malloc_hardened(size_t size) {
+  if (QM_LIKELY(size - 1 < SMALL_MAX - HARDEN_TAIL)) { /* 1 .. SMALL_MAX - HARDEN_TAIL */
+    void *obj = malloc_cached(size + HARDEN_TAIL, tcache_tls_offset());
+    return obj ? harden_handout(obj, sizeclass_of(size + HARDEN_TAIL), size) : NULL;
   }
-  void *obj = malloc_cached(size + HARDEN_TAIL, tcache_tls_offset());
-  return obj ? harden_handout(obj, sizeclass_of(size + HARDEN_TAIL), size) : NULL;
+  return malloc_hardened_slow(size);
 }
 
 static QM_NOINLINE void *aligned_hardened(size_t alignment, size_t size) {
@@ -477,7 +483,25 @@ static QM_NOINLINE void *aligned_hardened(size_t alignment, size_t size) {
 /* Large blocks: their pages but the guard. */
 static size_t large_usable_hardened(const span_t *span) { return ((size_t)span->npages - 1) * PAGE_SIZE; }
 
-static QM_NOINLINE void free_hardened(void *ptr, size_t size, bool sized, const char *call) {
+/* A larger block took a smaller one's place in the quarantine: random blocks leave it until it is
+ * back under its byte bound. */
+static QM_NOINLINE void quarantine_trim_hardened(void) {
+  unsigned cls;
+  for (void *leaving; (leaving = harden_quarantine_over(&cls)) != NULL;) free_push(leaving, cls);
+}
+
+/* A small block's free after its class and span are known: checked and filled, into the
+ * quarantine, and the block that leaves it (if any) onto this thread's list. */
+QM_INLINE void free_small_hardened(void *ptr, unsigned cls, uintptr_t span_start, size_t size, bool sized, const char *call) {
+  harden_retire(ptr, cls, span_start, sized, size, call);
+  unsigned leaving_cls;
+  void *leaving = harden_quarantine_swap(ptr, cls, &leaving_cls);
+  if (leaving != NULL) free_push(leaving, leaving_cls);
+  if (QM_UNLIKELY(harden_quarantine_is_over())) quarantine_trim_hardened();
+}
+
+/* NULL, zero-size, large, invalid and double-freed pointers. */
+static QM_NOINLINE void free_hardened_slow(void *ptr, size_t size, bool sized, const char *call) {
   if (ptr == NULL || harden_is_zero(ptr)) return;
   block_t b = block_of(ptr, call, true);
   if (b.cls == 0) {
@@ -486,15 +510,32 @@ static QM_NOINLINE void free_hardened(void *ptr, size_t size, bool sized, const 
     pageheap_free(b.span);
     return;
   }
-  harden_retire(ptr, b.cls, sized, size, call);
-  unsigned cls;
-  for (void *leaving; (leaving = harden_quarantine_evict(sizeclass_size[b.cls], &cls)) != NULL;) free_push(leaving, cls);
-  if (!harden_quarantine_put(ptr, b.cls)) free_push(ptr, b.cls);
+  uintptr_t addr = (uintptr_t)ptr;
+  uintptr_t entry = pagemap_leaf_of(addr)->small[(addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)];
+  free_small_hardened(ptr, b.cls, pagemap_entry_span_start(entry), size, sized, call);
+}
+
+/* As free_fast: the page map says ptr is at an object boundary of a small span (one multiply). */
+QM_INLINE void free_hardened(void *ptr, size_t size, bool sized, const char *call) {
+  uintptr_t addr = (uintptr_t)ptr;
+  pagemap_leaf_t *leaf = pagemap_leaf_of(addr);
+  if (QM_LIKELY(leaf != NULL)) {
+    uintptr_t entry = __atomic_load_n(&leaf->small[(addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], __ATOMIC_RELAXED);
+    unsigned cls = pagemap_entry_class(entry);
+    uintptr_t span_start = pagemap_entry_span_start(entry);
+    uint64_t offset = addr - span_start;
+    uint64_t magic = sizeclass_magic[cls];
+    if (QM_LIKELY(offset * magic < magic)) {
+      free_small_hardened(ptr, cls, span_start, size, sized, call);
+      return;
+    }
+  }
+  free_hardened_slow(ptr, size, sized, call);
 }
 
 static QM_NOINLINE void quarantine_flush_hardened(void) {
   unsigned cls;
-  for (void *leaving; (leaving = harden_quarantine_evict(SIZE_MAX, &cls)) != NULL;) free_push(leaving, cls);
+  for (void *leaving; (leaving = harden_quarantine_evict(&cls)) != NULL;) free_push(leaving, cls);
 }
 
 /* Within its class a small block is resized in place; anything else moves (the old block then
@@ -511,7 +552,7 @@ static QM_NOINLINE void *realloc_hardened(void *ptr, size_t size) {
   if (b.cls != 0) {
     old = harden_request_size(ptr, b.cls, "realloc()");
     if (size <= SMALL_MAX - HARDEN_TAIL && sizeclass_of(size + HARDEN_TAIL) == b.cls) {
-      harden_resize(ptr, b.cls, size);
+      harden_resize(ptr, b.cls, old, size);
       return ptr;
     }
   } else {

@@ -194,25 +194,13 @@ __attribute__((noreturn)) QM_COLD void check_fail(const char *what, const void *
 /* Bytes a small block needs past its request: at least one canary byte and the 8-byte record. A
  * request of n bytes takes the class of n + HARDEN_TAIL. */
 #define HARDEN_TAIL 9
-/* Hands out obj (just popped, of class cls) for a request of n bytes: checks that its bytes past
- * the free tag still hold the pattern (else "malloc(): write after free", abort), writes the canary
- * and the record. Returns obj. */
-void *harden_handout(void *obj, unsigned cls, size_t n);
+/* The hand-out's and the free's checks, and the quarantine: harden.h (inline, api.c). */
 /* The request size of live small block obj, read from its record, with the canary checked (else
  * "<call>: overflow past the end of the block", abort); a quarantined obj is an invalid pointer. */
 size_t harden_request_size(void *obj, unsigned cls, const char *call);
-/* Live obj of class cls now holds n bytes (realloc within its class): canary and record rewritten. */
-void harden_resize(void *obj, unsigned cls, size_t n);
-/* The free of live small block obj: checks its canary, the block before it (underflow), the size
- * of a sized free, claims it (a second free, from any thread, is a double free) and fills it with
- * the pattern. The caller then makes room in the quarantine and puts obj there. */
-void harden_retire(void *obj, unsigned cls, bool sized, size_t size, const char *call);
-/* A block that must leave this thread's quarantine, chosen at random, before `incoming` more bytes
- * fit (SIZE_MAX: every block), with *cls set; NULL when there is room. Checks its tag words (else
- * "free(): write after free", abort). The caller pushes it on a free list. */
-void *harden_quarantine_evict(size_t incoming, unsigned *cls);
-/* Puts retired obj in this thread's quarantine; false once the thread is exiting (push it now). */
-bool harden_quarantine_put(void *obj, unsigned cls);
+/* Live obj of class cls now holds n bytes instead of n_old (realloc within its class): canary,
+ * pattern and record rewritten. */
+void harden_resize(void *obj, unsigned cls, size_t n_old, size_t n);
 /* Thread exit (tcache.c): the quarantine's blocks go to the central lists; later frees skip it.
  * Takes central locks. */
 void harden_thread_exit(void);
