@@ -1,13 +1,44 @@
 /* Central lists: a whole batch goes through the transfer cache untouched; partial chains go
  * back to their spans; a span whose objects are all back returns to the page heap; batches that
- * sit unused for an idle interval go back to their spans; a double return is caught (death test
- * in a child). */
+ * sit unused for an idle interval go back to their spans; threads exchanging batches through the
+ * lock-free slots at once neither lose nor duplicate one, and a full cache sends batches to the
+ * spans; a double return is caught (death test in a child). */
+#include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "freelist.h"
 #include "internal.h"
 #include "testutil.h"
+
+/* Each thread takes batches of class 96 and puts them back, checking every batch whole: exactly
+ * `batch` objects, each with its free tag, none held by another thread at the same time (a
+ * batch handed to two threads would show as a stamp overwritten under the holder). */
+enum { EXCHANGERS = 4, EXCHANGE_ROUNDS = 20000, HELD = 3 };
+static int exchange_failures;
+
+static void *exchanger(void *arg) {
+  uintptr_t me = (uintptr_t)arg;
+  unsigned cls = sizeclass_of(96);
+  central_t *c = &central_lists[cls];
+  for (int round = 0; round < EXCHANGE_ROUNDS; round++) {
+    void *held[HELD];
+    for (int h = 0; h < HELD; h++) {
+      held[h] = NULL;
+      if (central_remove(cls, &held[h], c->batch) != c->batch) __atomic_add_fetch(&exchange_failures, 1, __ATOMIC_RELAXED);
+      unsigned n = 0;
+      for (void *p = held[h]; p != NULL; p = freelist_next(p), n++)
+        if (!freelist_tagged(p, freelist_key(p))) __atomic_add_fetch(&exchange_failures, 1, __ATOMIC_RELAXED);
+      if (n != c->batch) __atomic_add_fetch(&exchange_failures, 1, __ATOMIC_RELAXED);
+      ((uintptr_t *)held[h])[2] = me; /* past the link and the tag: the object's own bytes */
+    }
+    for (int h = HELD; h-- > 0;) {
+      if (((uintptr_t *)held[h])[2] != me) __atomic_add_fetch(&exchange_failures, 1, __ATOMIC_RELAXED);
+      central_insert(cls, held[h], c->batch);
+    }
+  }
+  return NULL;
+}
 
 int main(void) {
   init_process();
@@ -69,6 +100,31 @@ int main(void) {
   central_drain_idle_transfer(); /* and the last one next time */
   CHECK_EQ(c->transfer_count, 0);
   CHECK_EQ(c->spans_in_use, spans0); /* every span emptied went back to the page heap */
+
+  /* Threads at once: every batch comes back whole, and once the cache is drained every span of
+   * the class is back in the page heap (nothing lost, nothing handed out twice). With 4 threads
+   * holding 3 batches each, takes and puts run into a full cache and into empty slots. */
+  central_drain_transfer();
+  uint64_t spans_alone = c->spans_in_use;
+  pthread_t threads[EXCHANGERS];
+  for (uintptr_t t = 0; t < EXCHANGERS; t++) CHECK(pthread_create(&threads[t], NULL, exchanger, (void *)(t + 1)) == 0);
+  for (int t = 0; t < EXCHANGERS; t++) pthread_join(threads[t], NULL);
+  CHECK_EQ(exchange_failures, 0);
+  CHECK(c->transfer_count <= c->transfer_capacity);
+  central_drain_transfer();
+  CHECK_EQ(c->transfer_count, 0);
+  CHECK_EQ(c->spans_in_use, spans_alone);
+
+  /* A full cache: the next batch goes back to its spans. */
+  void *fill[TRANSFER_SLOTS + 1];
+  uint32_t cap = c->transfer_capacity;
+  for (uint32_t i = 0; i <= cap; i++) CHECK_EQ(central_remove(cls, &fill[i], c->batch), c->batch);
+  for (uint32_t i = 0; i <= cap; i++) central_insert(cls, fill[i], c->batch);
+  CHECK_EQ(c->transfer_count, cap);
+  /* Out of the spans now: the cached batches only, the last one went back to its spans. */
+  CHECK_EQ(c->spans_in_use * per_span - c->free_in_spans, (uint64_t)cap * c->batch);
+  central_drain_transfer();
+  CHECK_EQ(c->spans_in_use, spans_alone);
 
   /* Returning an object twice is fatal once its span has nothing out: a class with one object per
    * span makes that immediate. */
