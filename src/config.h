@@ -88,5 +88,7 @@ static const int qm_debug = 0;
  * parking much memory (512 KiB held 8.6 MB at the end of mtbench's steady-state scenario). */
 #define TRANSFER_BYTES_MAX ((size_t)128 << 10)
 #define TRANSFER_SLOTS 64
+/* The least capacity of a transfer cache, whatever the class's use (central_fit_capacity). */
+#define TRANSFER_MIN 2
 
 #endif

@@ -110,19 +110,38 @@ int main(void) {
   for (uintptr_t t = 0; t < EXCHANGERS; t++) CHECK(pthread_create(&threads[t], NULL, exchanger, (void *)(t + 1)) == 0);
   for (int t = 0; t < EXCHANGERS; t++) pthread_join(threads[t], NULL);
   CHECK_EQ(exchange_failures, 0);
-  CHECK(c->transfer_count <= c->transfer_capacity);
+  CHECK(c->transfer_count <= c->transfer_max);
   central_drain_transfer();
   CHECK_EQ(c->transfer_count, 0);
   CHECK_EQ(c->spans_in_use, spans_alone);
 
-  /* A full cache: the next batch goes back to its spans. */
+  /* A full cache: the next batch goes back to its spans. With cap + 1 batches out, the capacity
+   * is at its largest. */
   void *fill[TRANSFER_SLOTS + 1];
-  uint32_t cap = c->transfer_capacity;
+  uint32_t cap = c->transfer_max;
   for (uint32_t i = 0; i <= cap; i++) CHECK_EQ(central_remove(cls, &fill[i], c->batch), c->batch);
   for (uint32_t i = 0; i <= cap; i++) central_insert(cls, fill[i], c->batch);
   CHECK_EQ(c->transfer_count, cap);
   /* Out of the spans now: the cached batches only, the last one went back to its spans. */
   CHECK_EQ(c->spans_in_use * per_span - c->free_in_spans, (uint64_t)cap * c->batch);
+  central_drain_transfer();
+  CHECK_EQ(c->spans_in_use, spans_alone);
+
+  /* The capacity follows the class's use: 8 batches out make room for 8; once the program holds
+   * none (the next return through the spans sees that), a batch beyond TRANSFER_MIN goes back to
+   * its spans instead of waiting in the cache. */
+  CHECK(c->transfer_max >= 8);
+  for (int i = 0; i < 8; i++) CHECK_EQ(central_remove(cls, &fill[i], c->batch), c->batch);
+  CHECK(c->transfer_capacity >= 8);
+  for (int i = 0; i < 8; i++) central_insert(cls, fill[i], c->batch);
+  CHECK_EQ(c->transfer_count, 8);
+  void *single = NULL;
+  CHECK_EQ(central_remove(cls, &single, 1), 1); /* not a batch: through the spans, both ways */
+  central_insert(cls, single, 1);
+  CHECK_EQ(c->transfer_capacity, TRANSFER_MIN);
+  CHECK_EQ(central_remove(cls, &fill[0], c->batch), c->batch); /* from the cache: 7 left */
+  central_insert(cls, fill[0], c->batch);                     /* over capacity: to its spans */
+  CHECK_EQ(c->transfer_count, 7);
   central_drain_transfer();
   CHECK_EQ(c->spans_in_use, spans_alone);
 
