@@ -281,6 +281,16 @@ void central_lock_for_fork(void) {
 }
 
 void central_unlock_after_fork(bool child) {
-  for (unsigned cls = SIZECLASS_COUNT - 1; cls >= 1; cls--)
-    fork_unlock(&central_lists[cls].lock, FORK_SLOT_CENTRAL(cls), child);
+  for (unsigned cls = SIZECLASS_COUNT - 1; cls >= 1; cls--) {
+    central_t *c = &central_lists[cls];
+    if (child) {
+      /* A thread of the parent may have been between a slot's exchange and the count's update:
+       * the child's only thread counts the full slots again (the batch such a thread held is lost
+       * to the child, as that thread's cache is). */
+      uint32_t full = 0;
+      for (uint32_t i = 0; i < c->transfer_max; i++) full += central_transfer_slots[cls][i] != NULL;
+      c->transfer_count = full;
+    }
+    fork_unlock(&c->lock, FORK_SLOT_CENTRAL(cls), child);
+  }
 }

@@ -145,6 +145,21 @@ int main(void) {
   central_drain_transfer();
   CHECK_EQ(c->spans_in_use, spans_alone);
 
+  /* Fork: a thread of the parent caught between a slot's exchange and the count's update leaves
+   * the count one too high; the child counts its full slots again. */
+  void *kept = NULL;
+  CHECK_EQ(central_remove(cls, &kept, c->batch), c->batch);
+  central_insert(cls, kept, c->batch);
+  CHECK_EQ(c->transfer_count, 1);
+  __atomic_add_fetch(&c->transfer_count, 1, __ATOMIC_RELAXED); /* the take in flight */
+  pid_t counted = fork();
+  if (counted == 0) _exit(c->transfer_count == 1 ? 0 : 1);
+  int counted_status = -1;
+  waitpid(counted, &counted_status, 0);
+  CHECK(WIFEXITED(counted_status) && WEXITSTATUS(counted_status) == 0);
+  __atomic_sub_fetch(&c->transfer_count, 1, __ATOMIC_RELAXED);
+  central_drain_transfer();
+
   /* Returning an object twice is fatal once its span has nothing out: a class with one object per
    * span makes that immediate. */
   unsigned big = sizeclass_of(200000);
