@@ -33,6 +33,7 @@ static struct {
   uint64_t release_calls, released_bytes_total;
   uint64_t release_failures, unmap_failures; /* calls the kernel refused (the memory was kept) */
   uint64_t unmapped_bytes_total;             /* address space of free spans given back */
+  uint64_t joins; /* backed spans joined with a released neighbour for a larger request */
   uint64_t next_decay_ms;  /* no backed span is due for release before this time */
   uintptr_t region_low;    /* start of the last chunk mapped: the next one is tried right below */
 } pageheap = {.lock = PTHREAD_MUTEX_INITIALIZER, .next_decay_ms = UINT64_MAX};
@@ -361,10 +362,66 @@ static span_t *pageheap_alloc_direct(size_t npages, size_t align_pages) {
   return span;
 }
 
+/* How many backed spans pageheap_join looks at, longest first: it runs only when no backed span
+ * fits, just before page faults that cost far more than the scan. */
+#define PAGEHEAP_JOIN_SCAN 32
+
+/* The released neighbour of backed span s on one side (right if `after`), or NULL. */
+static span_t *pageheap_released_neighbour(const span_t *s, bool after) {
+  uintptr_t end = s->start + (uintptr_t)s->npages * PAGE_SIZE;
+  span_t *n = after ? pagemap_span(end) : s->start >= PAGE_SIZE ? pagemap_span(s->start - PAGE_SIZE) : NULL;
+  if (n == NULL || n->state != SPAN_FREE_RELEASED) return NULL;
+  if (after ? n->start != end : n->start + (uintptr_t)n->npages * PAGE_SIZE != s->start) return NULL;
+  return n;
+}
+
+/* No backed span has room for `need` pages: finds the backed span that, with the released span
+ * next to it, has room and brings the most backed pages, and joins the two into a backed span of
+ * exactly `need` pages (the released neighbour gives only what is missing and keeps the rest). So a
+ * program that frees a 20 MiB block and asks for 25 MiB faults in 5 MiB, not 25: backed and
+ * released neighbours are kept apart when freed (the released count stays exact), and without this
+ * the backed part of such a pair is never reused by a larger request (mtbench large-blocks: twice
+ * tcmalloc's page faults). The joined span holds dirty pages, so it is backed (calloc clears it).
+ * Unaligned requests only. Requires the lock; returns the span in the backed set, or NULL. */
+static span_t *pageheap_join(size_t need) {
+  span_t *best = NULL, *best_n = NULL;
+  size_t looked = 0;
+  for (size_t i = PAGEHEAP_LISTS; i-- > 0 && looked < PAGEHEAP_JOIN_SCAN;) {
+    if (!(pageheap.backed.nonempty[i / 64] & ((uint64_t)1 << (i % 64)))) continue;
+    for (span_t *s = pageheap.backed.lists[i]; s != NULL && looked < PAGEHEAP_JOIN_SCAN; s = s->next, looked++) {
+      if (best != NULL && s->npages <= best->npages) continue;
+      for (int side = 0; side < 2; side++) {
+        span_t *n = pageheap_released_neighbour(s, side == 1);
+        if (n != NULL && (size_t)s->npages + n->npages >= need) {
+          best = s;
+          best_n = n;
+          break;
+        }
+      }
+    }
+  }
+  if (best == NULL) return NULL;
+  size_t take = need - best->npages;
+  bool after = best_n->start > best->start;
+  pageheap_remove(best);
+  pageheap_remove(best_n);
+  if (after) best_n->start += take * PAGE_SIZE; /* the neighbour keeps its far end */
+  else best->start -= take * PAGE_SIZE;
+  best_n->npages -= (uint32_t)take;
+  if (best_n->npages > 0) pageheap_insert(best_n); /* still released, next to a span in use */
+  else span_delete(best_n);
+  best->npages = (uint32_t)need;
+  pageheap_insert(best); /* its ends in the page map; no backed neighbour (they would have merged) */
+  pageheap.joins++;
+  return best;
+}
+
 /* A free span with room for npages pages at an align_pages-aligned start: backed first (no page
- * faults), then released, then fresh address space if `grow`. Requires the lock. */
-static span_t *pageheap_find_any(size_t need, bool grow) {
+ * faults), then a backed span joined with its released neighbour (faults for the difference only;
+ * unaligned requests), then released, then fresh address space if `grow`. Requires the lock. */
+static span_t *pageheap_find_any(size_t need, bool aligned, bool grow) {
   span_t *span = pageheap_find(&pageheap.backed, need);
+  if (span == NULL && !aligned) span = pageheap_join(need);
   if (span == NULL) span = pageheap_find(&pageheap.released, need);
   if (span == NULL && grow && pageheap_grow(need)) span = pageheap_find(&pageheap.released, need);
   return span;
@@ -380,7 +437,7 @@ span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, bo
                                         align_pages * PAGE_SIZE > OS_CHUNK_SIZE);
   pthread_mutex_lock(&pageheap.lock);
   pageheap_decay(os_now_ms());
-  span_t *span = pageheap_find_any(need, !own_mapping);
+  span_t *span = pageheap_find_any(need, align_pages > 1, !own_mapping);
   if (span == NULL) {
     span = own_mapping ? pageheap_alloc_direct(npages, align_pages) : NULL;
     pthread_mutex_unlock(&pageheap.lock);

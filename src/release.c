@@ -85,7 +85,10 @@ void release_request(void) {
 }
 
 void release_poll(void) {
-  if (__atomic_load_n(&release_state.requested, __ATOMIC_RELAXED) && !release_state.started && init_done) {
+  /* started is written atomically by release_start while other threads poll (ThreadSanitizer
+   * found the plain read here in stress-stress). */
+  if (__atomic_load_n(&release_state.requested, __ATOMIC_RELAXED) &&
+      !__atomic_load_n(&release_state.started, __ATOMIC_ACQUIRE) && init_done) {
     __atomic_store_n(&release_state.requested, false, __ATOMIC_RELAXED);
     release_start();
   }

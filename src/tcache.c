@@ -50,11 +50,26 @@ static void *tcache_hand_over(unsigned cls, void *head, uint32_t n) {
   return rest;
 }
 
-/* Moves the first n objects of a list to the central list of cls. */
+/* Moves n objects of a list to the central list of cls: the first n, or, when that would leave one
+ * object, all but the head. Finding where n objects end takes a walk of dependent loads, one cache
+ * miss each on objects another thread allocated (a consumer's frees: 94% of tcache_release's
+ * samples in remote-stream); a list's chain already ends at its last object, so handing over the
+ * whole list, or everything after its head, needs no walk. An overflowing list at its maximum is
+ * the second case: its head, the object just freed, stays, the oldest go. */
 static void tcache_release(tcache_list_t *list, unsigned cls, uint32_t n) {
   if (n == 0) return;
-  list->head = tcache_hand_over(cls, list->head, n);
-  list_set_length(list, list_length(list) - n); /* lowers the floor with it */
+  uint32_t length = list_length(list);
+  if (n == length) {
+    central_insert(cls, list->head, n);
+    list->head = NULL;
+  } else if (n + 1 == length) {
+    void *rest = freelist_next(list->head);
+    freelist_set_next(list->head, NULL);
+    central_insert(cls, rest, n);
+  } else {
+    list->head = tcache_hand_over(cls, list->head, n);
+  }
+  list_set_length(list, length - n); /* lowers the floor with it */
 }
 
 /* Releases in batch-sized chains so the transfer cache can take them whole. */

@@ -126,13 +126,13 @@ typedef struct tcache_s {
 /* ---- central free lists (central.c) ------------------------------------------------------- */
 
 typedef struct central_s {
-  pthread_mutex_t lock;   /* protects everything below */
+  pthread_mutex_t lock;   /* protects the spans and their counts; not the transfer cache */
   span_t *nonempty;       /* spans of this class with an object to hand out (doubly linked) */
   uint32_t batch;         /* objects per transfer batch */
-  uint32_t transfer_capacity; /* batches the transfer cache may hold */
-  uint32_t transfer_count;    /* full batches held now */
-  uint32_t transfer_low;      /* least transfer_count since the last idle drain */
-  void *transfer[TRANSFER_SLOTS]; /* each a NULL-terminated chain of exactly `batch` objects */
+  uint32_t transfer_max;      /* slots of the transfer cache (central.c) */
+  uint32_t transfer_capacity; /* batches it may hold now, at most transfer_max (atomic; central.c) */
+  uint32_t transfer_count;    /* full batches held now (atomic; exact whenever no exchange is under way) */
+  uint32_t transfer_low;      /* least transfer_count since the last idle drain (atomic, approximate) */
   uint64_t spans_in_use;  /* small spans of this class (statistics) */
   uint64_t free_in_spans; /* objects free inside those spans */
 } __attribute__((aligned(QM_CACHELINE))) central_t;

@@ -147,5 +147,27 @@ int main(void) {
   printf("os_page 64K: of a 320 KiB span, %zu KiB released, %zu KiB kept backed\n", released_inside >> 10, backed_inside >> 10);
   pageheap_free(shift);
   options_values[OPTION_OS_PAGE] = 0;
+
+  /* A backed span too short for a request, next to a released one: joined, so its pages are
+   * reused (they keep what was written: no fault, no zero) and only the difference comes from the
+   * released neighbour, which keeps the rest. Before, the request took released pages elsewhere. */
+  options_values[OPTION_DECAY_MS] = 3600000;
+  options_values[OPTION_RETAIN_MAX] = (long long)1 << 40;
+  pageheap_release_all(); /* no other backed span can serve the request */
+  span_t *old = pageheap_alloc(200, 1, 0, NULL);
+  CHECK(old != NULL);
+  uintptr_t old_start = old->start;
+  memset((void *)old_start, 0x77, 200 * PAGE_SIZE);
+  pageheap_free(old);
+  span_t *right = free_span_at(old_start + 200 * PAGE_SIZE);
+  CHECK(right != NULL && right->state == SPAN_FREE_RELEASED && right->npages >= 100);
+  size_t right_pages = right ? right->npages : 0;
+  zeroed = true;
+  span_t *grown = pageheap_alloc(300, 1, 0, &zeroed);
+  CHECK(grown != NULL && grown->start == old_start && grown->npages == 300 && !zeroed);
+  CHECK(((unsigned char *)old_start)[0] == 0x77 && ((unsigned char *)old_start)[200 * PAGE_SIZE - 1] == 0x77);
+  span_t *rest = free_span_at(old_start + 300 * PAGE_SIZE);
+  CHECK(rest != NULL && rest->state == SPAN_FREE_RELEASED && rest->npages == right_pages - 100);
+  if (grown) pageheap_free(grown);
   return tu_summary("pageheap");
 }
