@@ -49,7 +49,7 @@ void harden_resize(void *obj, unsigned cls, size_t n_old, size_t n) {
   size_t slot = sizeclass_size[cls], record = slot - 8, end = harden_canary_end(n, record);
   if (n_old > end) end = n_old;
   memset((char *)obj + n, HARDEN_PATTERN, end - n);
-  __atomic_store_n(harden_last_word(obj, slot), (uint64_t)(freelist_key(obj) ^ ~(uintptr_t)n), __ATOMIC_RELAXED);
+  __atomic_store_n(harden_last_word(obj, slot), harden_record(obj, n), __ATOMIC_RELAXED);
 }
 
 /* ---- the quarantine's slow half: its byte bound, trim, thread exit ---------------------------- */

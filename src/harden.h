@@ -6,7 +6,8 @@
  *   [0, n)        the program's bytes,
  *   [n, S - 8)    the canary: HARDEN_PATTERN for at least 1 and at most HARDEN_CANARY_MAX bytes,
  *                 checked at free (overflows); the bytes up to harden_fill_end(S) hold it too,
- *   [S - 8, S)    the record: key(obj) ^ ~n, so that free knows n (and a damaged record is seen).
+ *   [S - 8, S)    the record: harden_record(obj, n), so that free knows n (and a damaged record
+ *                 is seen).
  * A free small block (quarantined, in a list, or never handed out) holds HARDEN_PATTERN from byte 16
  * to harden_fill_end(S) (all of it up to 272 bytes) and in its last word, checked when it is handed
  * out again (writes after free); bytes 0..16 are the free tag and link (freelist.h), or in
@@ -33,6 +34,15 @@
 /* Word 1 of a quarantined block is its key with this bit flipped: not the free tag (so the block
  * is not free for the lists' checks), and still a value only qmalloc writes. */
 #define HARDEN_QUARANTINED ((uintptr_t)2)
+/* A live block's record: key(obj) ^ ~n with its top byte flipped back, so that the record's top
+ * byte is the key's, whose bit 7 is set (the secret's bit 63): a 1-byte underflow of the next
+ * block, which lands there, is always seen when it writes text or a zero (0x00-0x7f), and misses
+ * with odds 1 in 128 otherwise. (With ~n that byte had bit 7 clear, and a written 'x' matched it
+ * in 1 process in 128.) Never the free tag, the quarantine tag or 0, for any n below 2^56. */
+#define HARDEN_RECORD_TOP ((uintptr_t)0xff << 56)
+QM_INLINE uint64_t harden_record(const void *obj, size_t n) { return freelist_key(obj) ^ ~(uintptr_t)n ^ HARDEN_RECORD_TOP; }
+/* The request size a record w of obj names (huge if w is not a record). */
+QM_INLINE size_t harden_record_size(const void *obj, uint64_t w) { return ~(w ^ freelist_key(obj) ^ HARDEN_RECORD_TOP); }
 /* A free block holds the pattern from byte 16 to byte 16 + HARDEN_FILL_MAX (or its end), and in its
  * last word: the writes after free that matter most hit the first fields of a structure, and
  * filling and checking whole blocks made the hardened build 4 to 50 times slower than the default
@@ -200,7 +210,7 @@ QM_INLINE void harden_write_tail(void *obj, size_t slot, size_t n) {
     for (size_t i = 0; i < HARDEN_CANARY_MAX / 16; i++) c[i] = HARDEN_PATTERN_VEC;
   }
   /* one store: another thread's underflow check may read it (harden_check_before) */
-  __atomic_store_n(harden_last_word(obj, slot), (uint64_t)(freelist_key(obj) ^ ~(uintptr_t)n), __ATOMIC_RELAXED);
+  __atomic_store_n(harden_last_word(obj, slot), harden_record(obj, n), __ATOMIC_RELAXED);
 }
 
 /* Hands out obj (just popped, of class cls) for a request of n bytes: its fill must be intact
@@ -216,7 +226,7 @@ QM_INLINE void *harden_handout(void *obj, unsigned cls, size_t n) {
  * "<call>: overflow past the end of the block"). */
 QM_INLINE size_t harden_live_size(const void *obj, size_t slot, const char *call) {
   size_t record = slot - 8;
-  size_t n = ~(*(const uint64_t *)(const void *)((const char *)obj + record) ^ freelist_key(obj));
+  size_t n = harden_record_size(obj, *(const uint64_t *)(const void *)((const char *)obj + record));
   if (QM_UNLIKELY(n >= record || !harden_canary_intact(obj, n, harden_canary_end(n, record)))) harden_fail_overflow(call, obj);
   return n;
 }
@@ -231,7 +241,7 @@ QM_INLINE void harden_check_before(void *obj, size_t slot, uintptr_t span_start,
   void *before = (void *)(addr - slot);
   uintptr_t w = __atomic_load_n(harden_last_word(before, slot), __ATOMIC_RELAXED), key = freelist_key(before);
   if (QM_LIKELY(w == HARDEN_PATTERN_WORD && slot > 16)) return;
-  if (QM_LIKELY(~(w ^ key) < slot - 8)) return;
+  if (QM_LIKELY(harden_record_size(before, w) < slot - 8)) return;
   if (slot == 16 && (w == key || w == (key ^ HARDEN_QUARANTINED) || w == 0)) return;
   harden_fail_underflow(call, obj);
 }
