@@ -82,7 +82,7 @@
     "1: invalid, double and wrong-size frees stop the program; 2: also check every thread-cache list on slow paths (slower)") \
   X(VERBOSE, verbose, BOOL, 0, 0, 1, "print the effective options to stderr at start")             \
   X(STATS, stats, COUNT, 0, 0, 2, "print statistics to stderr at exit: 1 text, 2 JSON")          \
-  X(PROF_SAMPLE, prof_sample, BYTES, 0, 0, 1 * OPTIONS_TIB,                          \
+  X(PROF_SAMPLE, prof_sample, BYTES, 2 * OPTIONS_MIB, 0, 1 * OPTIONS_TIB,                          \
     "heap profiler: one sample per this many bytes allocated, on average (0: off)")               \
   X(PROF_DUMP, prof_dump, PATH, 0, 0, OPTIONS_PATH_MAX - 1,                                        \
     "heap profiler: write the leak, peak and allocated profiles to PATH.<pid>.<kind>.heap at exit") \

@@ -453,8 +453,12 @@ static void prof_at_exit(void) {
 
 /* ---- fork: the child starts with an empty profile ------------------------------------------ */
 
-static void prof_fork_prepare(void) { pthread_mutex_lock(&prof_lock); }
-static void prof_fork_parent(void) { pthread_mutex_unlock(&prof_lock); }
+/* Registered before fork.c's handlers (init.c), so this prepare runs after libc's stream-list
+ * lock and every other qmalloc lock are taken: a thread that holds a stream (getline growing its
+ * buffer) may wait for prof_lock, never the other way round. fork_lock skips the lock where the
+ * forking thread holds it itself (a signal handler that interrupted a sample) or is alone. */
+static void prof_fork_prepare(void) { fork_lock(&prof_lock, FORK_SLOT_PROF); }
+static void prof_fork_parent(void) { fork_unlock(&prof_lock, FORK_SLOT_PROF, false); }
 
 /* Only this thread exists. Inherited sampled blocks stay whole-page blocks; their spans lose
  * the flag, so freeing them is an ordinary large free. */
@@ -479,7 +483,7 @@ static void prof_fork_child(void) {
   memset(&prof_total, 0, sizeof prof_total);
   prof_dump_pending = 0;
   prof_unwind_fork_child();
-  pthread_mutex_init(&prof_lock, NULL);
+  fork_unlock(&prof_lock, FORK_SLOT_PROF, true);
 }
 
 void prof_start(void) {

@@ -201,7 +201,11 @@ static void test_stack_walk(void) {
     frame_plain(10);
     rules_after[i] = prof_unwind_rules_read();
   }
+#if defined(__x86_64__)
   CHECK(rules_after[0] > rules_before);
+#else
+  CHECK_EQ(rules_after[0], 0); /* no rule cache: libgcc's unwinder every time */
+#endif
   CHECK_EQ(rules_after[1], rules_after[0]);
   frame_plain(200); /* deeper than PROF_MAX_FRAMES */
   pthread_t t;
