@@ -50,13 +50,13 @@
  *   scenario (docs/design.md) shows what they give: 14% of the peak resident right after a 300 MB
  *   phase ends, 3% once the decay has passed.
  * - release_large 32 MiB (glibc's largest dynamic mmap threshold).
- * - prof_sample 2 MiB (TCMalloc's), measured against larger intervals (instructions under
- *   callgrind, sampling on / off; a sample costs about 12,000 instructions, most of it in the DWARF
- *   unwinder): t-test1 max-size 4096 +6.1% at 2M, +1.2% at 8M, +0.4% at 32M; t-test1 max-size
- *   131072 +4.8% at 2M, +0.9% at 8M; malloc-test 512 B +4.2% at 2M. Accuracy goes the other way
- *   (a site's spread is 1/sqrt(live bytes / interval)), and a leak of L bytes is seen with
- *   probability 1 - exp(-L / interval): at 8M a 4 MiB leak is missed 61% of the time. Kept at 2M;
- *   the way to <= 1% is a cheaper stack capture, not a longer interval (docs/profiling.md). */
+ * - prof_sample 2 MiB (TCMalloc's), on by default: a sample costs about 2,000 instructions since
+ *   stacks are walked with cached per-return-address rules (prof_unwind.c; 13,000 through libgcc's
+ *   unwinder before), so allocation-only loops pay under 1% at 2M in instructions under callgrind
+ *   (t-test1 max-size 4096 +0.9%, malloc-test 512 B +0.6%; +6.1% and +4.2% before), and mtbench's
+ *   quick preset timed side by side (docs/profiling.md). Accuracy goes the other way (a site's
+ *   spread is 1/sqrt(live bytes / interval)), and a leak of L bytes is seen with probability
+ *   1 - exp(-L / interval): at 8M a 4 MiB leak is missed 61% of the time, at 2M 14%. */
 #define OPTIONS_TABLE(X)                                                                           \
   X(TCACHE_MAX, tcache_max, BYTES, 4 * OPTIONS_MIB, 64 * OPTIONS_KIB, 1 * OPTIONS_GIB,             \
     "largest cache a single thread may hold")                                                      \
