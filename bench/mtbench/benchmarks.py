@@ -229,8 +229,8 @@ BENCHMARKS = {b.name: b for b in [
         "the leak report names exactly the keeping sites)",
         "A sampled profile estimates each site from its samples, about 1/sqrt(samples) apart from the truth: "
         "at a 2 MiB interval a site needs about 1 GiB live for its estimate to be within 10% nearly always.",
-        (Metric("max_err_pct", "worst site's error (%)", "lower", ratios=False),
-         Metric("max_share_err_pts", "worst share error (points)", "lower", ratios=False),
+        (Metric("max_err_pct", "worst site's error (%)", "lower"),
+         Metric("max_share_err_pts", "worst share error (points)", "lower"),
          Metric("leak_sites_exact", "live bytes at exactly the keeping sites (1 = yes)", "higher", "{:.0f}", ratios=False),
          Metric("samples", "samples in the live profile", "higher", "{:.0f}", ratios=False),
          Metric("alloc_s", "allocation time (s)", "lower")),
