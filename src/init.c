@@ -30,8 +30,11 @@ void init_process(void) {
     /* These may call malloc, which now works. */
     /* At the first malloc, so usually before any other handler: prepare handlers run last
      * registered first, so ours then runs after those that allocate. */
+    /* The profiler's handlers first: its prepare runs after fork.c's, so its lock (a leaf, taken
+     * by a thread that may hold a stream lock inside getline) comes after libc's stream-list lock
+     * and qmalloc's; taken before them it deadlocked against fflush(NULL) (preload-fork_safety). */
+    prof_start();
     fork_register();
-    prof_start(); /* after the line above: its fork lock is taken first, released last */
     if (option(OPTION_STATS) != 0) {
       stats_at_exit_prepare();
       atexit(stats_at_exit);

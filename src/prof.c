@@ -1,6 +1,6 @@
 /* The sampled heap profiler: the sampling decision (a geometric interval per thread, mean
- * QMALLOC_PROF_SAMPLE bytes), stack capture (libgcc's DWARF unwinder: no frame pointers needed),
- * and the tables the profiles are made from (live samples by address, stacks with live, peak and
+ * QMALLOC_PROF_SAMPLE bytes), the stack of a sample (captured by prof_unwind.c, trimmed here), and
+ * the tables the profiles are made from (live samples by address, stacks with live, peak and
  * allocated counts). Not here: the fast path's countdown (api.c subtracts, this file refills),
  * the allocation of a sampled block as whole pages (api.c), the file formats (prof_dump.c).
  * Lock: prof_lock protects the tables and totals. It is a leaf: nothing taken under it takes
@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <unwind.h>
 
 #include "internal.h"
 #include "log.h"
@@ -212,25 +211,7 @@ bool prof_should_sample(size_t size) {
   return !self->inside;
 }
 
-/* ---- stack capture ------------------------------------------------------------------------ */
-
-typedef struct prof_unwind_s {
-  uintptr_t *frames;
-  unsigned depth, skip;
-} prof_unwind_t;
-
-static _Unwind_Reason_Code prof_unwind_frame(struct _Unwind_Context *ctx, void *arg) {
-  prof_unwind_t *u = arg;
-  if (QM_UNLIKELY(prof_test_unwind_hook != NULL)) prof_test_unwind_hook();
-  uintptr_t ip = (uintptr_t)_Unwind_GetIP(ctx);
-  if (ip == 0) return _URC_END_OF_STACK;
-  if (u->skip > 0) {
-    u->skip--;
-    return _URC_NO_REASON;
-  }
-  u->frames[u->depth++] = ip;
-  return u->depth == PROF_MAX_FRAMES ? _URC_END_OF_STACK : _URC_NO_REASON;
-}
+/* ---- stack capture (prof_unwind.c walks; this trims qmalloc's own frames) ------------------ */
 
 /* libqmalloc.so's executable pages, when it is a library of its own (not linked into the
  * program): leading frames there (calloc, realloc, operator new calling into malloc) are qmalloc's,
@@ -267,19 +248,17 @@ static void prof_locate_own_text(void) {
 }
 
 /* Innermost first, starting at the program's call into qmalloc: the frames of prof_record
- * (this is inlined into it: each frame unwound costs about 2,000 instructions) and api.c's
- * malloc_sample_slow are skipped (both noinline), then any frame still in libqmalloc.so's own
- * code. */
+ * (this is inlined into it) and api.c's malloc_sample_slow are skipped (both noinline), then any
+ * frame still in libqmalloc.so's own code. */
 QM_INLINE unsigned prof_capture(uintptr_t *frames) {
-  prof_unwind_t u = {frames, 0, 2};
-  _Unwind_Backtrace(prof_unwind_frame, &u);
+  unsigned depth = prof_stack_capture(frames, 2);
   unsigned first = 0;
-  while (first < u.depth && frames[first] - 1 - prof_own_text_lo < prof_own_text_hi - prof_own_text_lo) first++;
-  if (first > 0 && first < u.depth) {
-    memmove(frames, frames + first, (u.depth - first) * sizeof frames[0]);
-    u.depth -= first;
+  while (first < depth && frames[first] - 1 - prof_own_text_lo < prof_own_text_hi - prof_own_text_lo) first++;
+  if (first > 0 && first < depth) {
+    memmove(frames, frames + first, (depth - first) * sizeof frames[0]);
+    depth -= first;
   }
-  return u.depth;
+  return depth;
 }
 
 /* ---- recording and forgetting ------------------------------------------------------------- */
@@ -474,8 +453,12 @@ static void prof_at_exit(void) {
 
 /* ---- fork: the child starts with an empty profile ------------------------------------------ */
 
-static void prof_fork_prepare(void) { pthread_mutex_lock(&prof_lock); }
-static void prof_fork_parent(void) { pthread_mutex_unlock(&prof_lock); }
+/* Registered before fork.c's handlers (init.c), so this prepare runs after libc's stream-list
+ * lock and every other qmalloc lock are taken: a thread that holds a stream (getline growing its
+ * buffer) may wait for prof_lock, never the other way round. fork_lock skips the lock where the
+ * forking thread holds it itself (a signal handler that interrupted a sample) or is alone. */
+static void prof_fork_prepare(void) { fork_lock(&prof_lock, FORK_SLOT_PROF); }
+static void prof_fork_parent(void) { fork_unlock(&prof_lock, FORK_SLOT_PROF, false); }
 
 /* Only this thread exists. Inherited sampled blocks stay whole-page blocks; their spans lose
  * the flag, so freeing them is an ordinary large free. */
@@ -499,7 +482,8 @@ static void prof_fork_child(void) {
   }
   memset(&prof_total, 0, sizeof prof_total);
   prof_dump_pending = 0;
-  pthread_mutex_init(&prof_lock, NULL);
+  prof_unwind_fork_child();
+  fork_unlock(&prof_lock, FORK_SLOT_PROF, true);
 }
 
 void prof_start(void) {

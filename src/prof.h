@@ -71,6 +71,19 @@ void prof_totals(prof_totals_t *out); /* takes prof_lock */
  * happen on demand. */
 extern void (*prof_test_unwind_hook)(void);
 
+/* ---- prof_unwind.c: stack capture, no allocation, no lock ---- */
+/* The return addresses of the calling thread's frames, innermost first, up to PROF_MAX_FRAMES,
+ * leaving out the first `skip` (the first is the return into the caller of prof_stack_capture).
+ * Cached per-return-address rules on x86-64, libgcc's unwinder where they cannot say. */
+unsigned prof_stack_capture(uintptr_t *frames, unsigned skip);
+/* The same through libgcc's _Unwind_Backtrace alone (tests compare the two); it counts from its
+ * own caller, as prof_stack_capture does. */
+unsigned prof_stack_capture_libgcc(uintptr_t *frames, unsigned skip);
+/* How many frame rules were read from the DWARF call-frame information so far (tests). */
+uint64_t prof_unwind_rules_read(void);
+/* A fork child: the rule table's writer lock may have been held by a thread that is gone. */
+void prof_unwind_fork_child(void);
+
 /* ---- prof_dump.c: requires prof_lock held (or a fork child / signal holding it by try-lock) ---- */
 /* The legacy gperftools heap profile ("heap_v2/<rate>", read by google-pprof and jeprof): the
  * in-use pair is the chosen kind, the second pair everything allocated since the last reset;

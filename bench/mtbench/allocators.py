@@ -122,14 +122,26 @@ def qmalloc_path(repo_root, build_dir=None):
     return os.path.join(build_dir or os.path.join(repo_root, "build"), "libqmalloc.so")
 
 
+_ENV_ITEM = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+
+
 def parse_spec(spec):
-    """'name=/path/lib.so' -> (name, path); a malformed spec is an AllocatorError."""
-    name, sep, path = spec.partition("=")
+    """'name=/path/lib.so[,VAR=value...]' -> (name, path, {VAR: value}); the variables go into the
+    child's environment (the same library with an option set, side by side with its default).
+    A malformed spec is an AllocatorError."""
+    name, sep, rest = spec.partition("=")
+    parts = rest.split(",")
+    path, env = parts[0], {}
+    for item in parts[1:]:
+        m = _ENV_ITEM.match(item)
+        if not m or m.group(1) == "LD_PRELOAD":
+            raise AllocatorError(f"--alloc: '{item}' in '{spec}' is not VAR=value (LD_PRELOAD excepted)")
+        env[m.group(1)] = m.group(2)
     if not sep or not name or not path:
-        raise AllocatorError(f"--alloc expects name=/path/lib.so, got '{spec}'")
+        raise AllocatorError(f"--alloc expects name=/path/lib.so[,VAR=value...], got '{spec}'")
     if not _NAME.match(name):
         raise AllocatorError(f"--alloc: allocator name '{name}' may use only letters, digits and _.+-")
-    return name, path
+    return name, path, env
 
 
 def check_loadable(alloc):
@@ -162,7 +174,9 @@ def resolve(names, extra_specs, repo_root, build_dir=None):
     ldcache = _ldconfig_paths()
     known = ["system", "qmalloc"] + list(PEERS)
     extra = [parse_spec(s) for s in extra_specs]
-    extra_names = [n for n, _ in extra]
+    extra_names = [n for n, _, _ in extra]
+    extra_path = {n: p for n, p, _ in extra}
+    extra_env = {n: e for n, _, e in extra}
     if len(set(extra_names)) != len(extra_names):
         raise AllocatorError("--alloc: the same name is given twice")
     if names is None:
@@ -176,7 +190,7 @@ def resolve(names, extra_specs, repo_root, build_dir=None):
                 wanted.append(n)
     for n in extra_names:
         if n in known:
-            raise AllocatorError(f"--alloc: '{n}' is a built-in allocator name; pick another name for {dict(extra)[n]}")
+            raise AllocatorError(f"--alloc: '{n}' is a built-in allocator name; pick another name for {extra_path[n]}")
     result = []
     for name in wanted:
         if name == "system":
@@ -198,8 +212,7 @@ def resolve(names, extra_specs, repo_root, build_dir=None):
             else:
                 notes.append(f"{name} skipped: not installed")
         elif name in extra_names:
-            path = dict(extra)[name]
-            result.append(Allocator(name, os.path.abspath(path), "", "command line"))
+            result.append(Allocator(name, os.path.abspath(extra_path[name]), "", "command line", extra_env[name]))
         else:
             raise AllocatorError(f"unknown allocator '{name}' (known: {', '.join(known)}; "
                                  "add others with --alloc name=/path/lib.so)")

@@ -11,7 +11,8 @@
  * Figures: per site the estimated live bytes against the truth (err_pct, worst: max_err_pct), the
  * share of the live total (worst error in points: max_share_err_pts), and whether the sites with
  * live bytes are exactly the keeping ones (leak_sites_exact; other_bytes: live bytes attributed
- * to no site). Also the allocation phase's time (alloc_s), to set sampling on against off. */
+ * to no site). Also the allocation phase's time (alloc_s), to set sampling on against off, and the
+ * whole run's (elapsed_s). */
 #define _GNU_SOURCE
 #include "bench_common.h"
 
@@ -133,6 +134,7 @@ int main(int argc, char **argv) {
   result_f("alloc_s", alloc_s);
   if (dump == NULL) {
     result_str("profiler", "none");
+    result_f("elapsed_s", now_s() - t0);
     result_end();
     return 0;
   }
@@ -176,6 +178,7 @@ int main(int argc, char **argv) {
   result_f("max_share_err_pts", max_share_err);
   result_u64("leak_sites_exact", exact);
   result_f("other_mb", other / (1 << 20));
+  result_f("elapsed_s", now_s() - t0); /* allocation, dump and reading it back */
   result_end();
   return 0;
 }

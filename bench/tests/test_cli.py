@@ -28,6 +28,8 @@ class CliErrorTest(unittest.TestCase):
         self.assertError(mtbench("run", "--allocators", "hoard"), "unknown allocator 'hoard'")
         self.assertError(mtbench("run", "--alloc", "nopath"), "--alloc expects name=/path/lib.so")
         self.assertError(mtbench("run", "--alloc", "jemalloc=/tmp/x.so"), "built-in allocator name")
+        self.assertError(mtbench("run", "--alloc", "mine=/tmp/x.so,NOVALUE"), "'NOVALUE'", "is not VAR=value")
+        self.assertError(mtbench("run", "--alloc", "mine=/tmp/x.so,LD_PRELOAD=/a.so"), "is not VAR=value")
 
     def test_missing_so(self):
         with tempfile.TemporaryDirectory() as d:

@@ -68,6 +68,18 @@ class EnvironmentTest(unittest.TestCase):
     """QMALLOC_STATS=2 for the repository's qmalloc only: not the system allocator, not a peer,
     not a user's .so even when that .so is this very libqmalloc.so."""
 
+    def test_alloc_spec_carries_variables(self):
+        """--alloc NAME=/path.so,VAR=value,...: the same library with an option set, beside it."""
+        self.assertTrue(os.path.exists(QMALLOC_SO), f"{QMALLOC_SO} not built")
+        allocs, _ = allocators.resolve(["system"], [f"qm-nosample={QMALLOC_SO},QMALLOC_PROF_SAMPLE=0,X_Y=a=b,EMPTY="],
+                                       REPO, BUILD)
+        mine = [a for a in allocs if a.name == "qm-nosample"][0]
+        want = {"QMALLOC_PROF_SAMPLE": "0", "X_Y": "a=b", "EMPTY": ""}
+        self.assertEqual(mine.path, QMALLOC_SO)
+        self.assertEqual(mine.to_json()["env"], want)
+        env = mine.env({"PATH": "/bin"})
+        self.assertEqual(env, dict(want, PATH="/bin", LD_PRELOAD=QMALLOC_SO))
+
     def test_only_the_repository_qmalloc(self):
         self.assertTrue(os.path.exists(QMALLOC_SO), f"{QMALLOC_SO} not built")
         allocs, _ = allocators.resolve(None, [f"mine={QMALLOC_SO}"], REPO, BUILD)

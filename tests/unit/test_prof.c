@@ -7,6 +7,7 @@
  * frees; the peak is kept; a thread that exits with live samples leaves them valid; a fork child
  * starts with an empty profile and can free what it inherited. */
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,6 +138,84 @@ static void test_stack_has_caller(void) {
   CHECK(strstr(dump_buf, "\nMAPPED_LIBRARIES:\n") != NULL);
   free(p);
   CHECK_EQ(totals().live_samples, before.live_samples);
+}
+
+/* ---- the cached stack walk against libgcc's unwinder ------------------------------------------ */
+
+/* Each entry compares the two captures made from the same frame: their first entries are the two
+ * call sites in compare_here, the rest must be equal, frame for frame. */
+static int walks_compared, walks_differing;
+
+__attribute__((noinline)) static void compare_here(void) {
+  uintptr_t fast[PROF_MAX_FRAMES], slow[PROF_MAX_FRAMES];
+  unsigned nfast = prof_stack_capture(fast, 0);
+  unsigned nslow = prof_stack_capture_libgcc(slow, 0);
+  __asm__ volatile("" ::: "memory");
+  walks_compared++;
+  bool same = nfast == nslow && nfast >= 2 && memcmp(fast + 1, slow + 1, (nfast - 1) * sizeof fast[0]) == 0;
+  if (!same) {
+    walks_differing++;
+    fprintf(stderr, "unit-prof: walk %d: cached %u frames, libgcc %u\n", walks_compared, nfast, nslow);
+    for (unsigned i = 0; i < nfast || i < nslow; i++)
+      fprintf(stderr, "  %2u %#18lx %#18lx\n", i, i < nfast ? (unsigned long)fast[i] : 0ul, i < nslow ? (unsigned long)slow[i] : 0ul);
+  }
+}
+
+/* Frames of every shape the walk meets: no frame pointer (-O1 omits it), a frame pointer, a
+ * variable-sized frame (alloca: the CFA is on rbp), deep recursion (the 64-frame cut). */
+__attribute__((noinline)) static int frame_plain(int n);
+__attribute__((noinline, optimize("no-omit-frame-pointer"))) static int frame_pointer(int n) {
+  int r = frame_plain(n - 1);
+  __asm__ volatile("" ::: "memory");
+  return r + 1;
+}
+__attribute__((noinline)) static int frame_alloca(int n) {
+  volatile char *buf = __builtin_alloca(16 + (size_t)n * 24);
+  buf[0] = (char)n;
+  int r = frame_pointer(n - 1);
+  return r + buf[0];
+}
+__attribute__((noinline)) static int frame_plain(int n) {
+  if (n <= 0) {
+    compare_here();
+    return 0;
+  }
+  int r = (n % 3 == 0) ? frame_alloca(n - 1) : frame_plain(n - 1);
+  __asm__ volatile("" ::: "memory");
+  return r + 1;
+}
+
+static void on_signal(int sig) { frame_plain(4); } /* through the kernel's signal frame: libgcc's way */
+
+static void *walk_in_thread(void *arg) {
+  frame_plain(7);
+  return NULL;
+}
+
+static void test_stack_walk(void) {
+  uint64_t rules_before = prof_unwind_rules_read();
+  frame_plain(0);
+  uint64_t rules_after[2];
+  volatile int twice = 2; /* a loop, not unrolled: both walks pass through the same call sites */
+  for (int i = 0; i < twice; i++) { /* the second time every rule comes from the cache */
+    frame_plain(10);
+    rules_after[i] = prof_unwind_rules_read();
+  }
+#if defined(__x86_64__)
+  CHECK(rules_after[0] > rules_before);
+#else
+  CHECK_EQ(rules_after[0], 0); /* no rule cache: libgcc's unwinder every time */
+#endif
+  CHECK_EQ(rules_after[1], rules_after[0]);
+  frame_plain(200); /* deeper than PROF_MAX_FRAMES */
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, walk_in_thread, NULL) == 0);
+  pthread_join(t, NULL);
+  signal(SIGUSR1, on_signal);
+  raise(SIGUSR1);
+  signal(SIGUSR1, SIG_DFL);
+  CHECK_EQ(walks_compared, 6);
+  CHECK_EQ(walks_differing, 0);
 }
 
 /* ---- the unwinder allocates ------------------------------------------------------------------ */
@@ -364,6 +443,7 @@ int main(void) {
   test_interval_distribution();
   test_estimates();
   test_stack_has_caller();
+  test_stack_walk();
   test_unwinder_allocates();
   test_signal_inside_profiler();
   test_peak(); /* before any large sample: the peak must be the one it makes */

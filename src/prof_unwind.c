@@ -1,0 +1,394 @@
+/* The heap profiler's stack capture: the return addresses of the calling thread's frames, without
+ * frame pointers (Debian's binaries have none) and without allocating. On x86-64 each frame is
+ * stepped with a rule cached per return address (where the frame's CFA is, where the caller's
+ * return address and rbp were saved), read once from the DWARF call-frame information that libgcc
+ * finds (_Unwind_Find_FDE) and kept in a lock-free table: a stack of known sites costs a few
+ * loads per frame instead of libgcc's ~2,000 instructions of FDE search and CFA interpretation.
+ * Anything the rule cannot say (a CFA given by an expression, a signal frame, a register moved
+ * to another, another architecture) goes back to libgcc's _Unwind_Backtrace for the whole stack.
+ * Not here: the sampling decision and the tables (prof.c). Called by prof.c's prof_record only,
+ * with its per-thread guard set (a malloc made by libgcc here is served unsampled).
+ * Limit: a rule is never forgotten, so code unloaded by dlclose and other code loaded at the
+ * same address would be stepped with the old rules (the walk's checks stop it at a frame that
+ * makes no sense, it never reads outside [sp, sp + PROF_UNWIND_MAX_FRAME] of the current frame). */
+#include <stdint.h>
+#include <string.h>
+#include <unwind.h>
+
+#include "internal.h"
+#include "prof.h"
+
+/* ---- the slow, general way: libgcc's unwinder, frame by frame -------------------------------- */
+
+typedef struct prof_unwind_s {
+  uintptr_t *frames;
+  unsigned depth, skip;
+} prof_unwind_t;
+
+static _Unwind_Reason_Code prof_unwind_frame(struct _Unwind_Context *ctx, void *arg) {
+  prof_unwind_t *u = arg;
+  if (QM_UNLIKELY(prof_test_unwind_hook != NULL)) prof_test_unwind_hook();
+  uintptr_t ip = (uintptr_t)_Unwind_GetIP(ctx);
+  if (ip == 0) return _URC_END_OF_STACK;
+  if (u->skip > 0) {
+    u->skip--;
+    return _URC_NO_REASON;
+  }
+  u->frames[u->depth++] = ip;
+  return u->depth == PROF_MAX_FRAMES ? _URC_END_OF_STACK : _URC_NO_REASON;
+}
+
+/* _Unwind_Backtrace reports first the frame that called it, this one (its pc here): one more
+ * than the frames counted from this function's caller. */
+QM_NOINLINE unsigned prof_stack_capture_libgcc(uintptr_t *frames, unsigned skip) {
+  prof_unwind_t u = {frames, 0, skip + 1};
+  _Unwind_Backtrace(prof_unwind_frame, &u);
+  __asm__ volatile("" ::: "memory"); /* not a tail call: the frame must stay for the count above */
+  return u.depth;
+}
+
+#if defined(__x86_64__)
+
+/* ---- rules: one 64-bit word per return address ------------------------------------------------ */
+
+/* The DWARF numbers of the registers the walk follows on x86-64. */
+enum { DW_RBP = 6, DW_RSP = 7, DW_RA = 16 };
+
+/* A frame's rule, read at the instruction before a return address:
+ *   CFA = (cfa_on_rbp ? rbp : rsp) + cfa_offset; the return address is at CFA - 8 (checked when
+ *   the rule is read); the caller's rbp is at CFA + rbp_offset if rbp_saved, else unchanged.
+ * Packed: bits 0-31 cfa_offset, 32 cfa_on_rbp, 33 end (the return address is undefined: the
+ * outermost frame), 34 rbp_saved, 35 rbp_lost (undefined: a later rbp-based CFA is refused),
+ * 36 general (only libgcc can step this frame), 48-63 rbp_offset. */
+#define RULE_ON_RBP ((uint64_t)1 << 32)
+#define RULE_END ((uint64_t)1 << 33)
+#define RULE_RBP_SAVED ((uint64_t)1 << 34)
+#define RULE_RBP_LOST ((uint64_t)1 << 35)
+#define RULE_GENERAL ((uint64_t)1 << 36)
+
+/* A frame larger than this is taken for a wrong rule and ends the walk. */
+#define PROF_UNWIND_MAX_FRAME ((uintptr_t)16 << 20)
+
+/* The cache: open addressing, a slot's key goes from 0 to a return address once and never
+ * changes, its rule is written before the key is published (release), so readers take no lock.
+ * Writers take a try-lock and skip caching when another holds it (a fork child resets it). */
+#define PROF_RULE_SLOTS 4096
+#define PROF_RULE_PROBES 8
+typedef struct prof_rule_slot_s {
+  uintptr_t key; /* the return address minus 1 */
+  uint64_t rule;
+} prof_rule_slot_t;
+static prof_rule_slot_t prof_rules[PROF_RULE_SLOTS];
+static int prof_rules_writer;
+static uint64_t prof_rules_filled; /* rules read from DWARF (tests, statistics) */
+
+static size_t prof_rule_home(uintptr_t key) { return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 52) % PROF_RULE_SLOTS; }
+
+/* ---- reading the DWARF call-frame information ------------------------------------------------- */
+
+/* What libgcc fills in with the FDE: the function's start is in func. */
+struct dwarf_eh_bases {
+  void *tbase, *dbase, *func;
+};
+extern const void *_Unwind_Find_FDE(void *pc, struct dwarf_eh_bases *bases);
+
+typedef struct cfi_reader_s {
+  const uint8_t *at, *end;
+  bool bad;
+} cfi_reader_t;
+
+static uint64_t cfi_uleb(cfi_reader_t *r) {
+  uint64_t v = 0;
+  for (unsigned shift = 0; r->at < r->end; shift += 7) {
+    uint8_t b = *r->at++;
+    if (shift < 64) v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80)) return v;
+  }
+  r->bad = true;
+  return 0;
+}
+
+static int64_t cfi_sleb(cfi_reader_t *r) {
+  uint64_t v = 0;
+  unsigned shift = 0;
+  for (; r->at < r->end; shift += 7) {
+    uint8_t b = *r->at++;
+    if (shift < 64) v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80)) {
+      if (shift + 7 < 64 && (b & 0x40)) v |= ~(uint64_t)0 << (shift + 7);
+      return (int64_t)v;
+    }
+  }
+  r->bad = true;
+  return 0;
+}
+
+static uint8_t cfi_byte(cfi_reader_t *r) {
+  if (r->at >= r->end) {
+    r->bad = true;
+    return 0;
+  }
+  return *r->at++;
+}
+
+static void cfi_skip(cfi_reader_t *r, uint64_t n) {
+  if (n > (uint64_t)(r->end - r->at)) r->bad = true;
+  else r->at += n;
+}
+
+/* Skips one value in pointer encoding `enc` (only its size matters: the function's start comes
+ * from libgcc). */
+static void cfi_skip_encoded(cfi_reader_t *r, uint8_t enc) {
+  if (enc == 0xff) return; /* DW_EH_PE_omit */
+  switch (enc & 0x0f) {
+  case 0x00: cfi_skip(r, sizeof(void *)); break; /* absptr */
+  case 0x01: cfi_uleb(r); break;
+  case 0x09: cfi_sleb(r); break;
+  case 0x02: case 0x0a: cfi_skip(r, 2); break;
+  case 0x03: case 0x0b: cfi_skip(r, 4); break;
+  case 0x04: case 0x0c: cfi_skip(r, 8); break;
+  default: r->bad = true;
+  }
+}
+
+/* The rules the walk follows, as the CFA program runs. */
+typedef struct cfi_state_s {
+  uint8_t cfa_reg;
+  int64_t cfa_offset;
+  enum { REG_SAME, REG_AT, REG_UNDEFINED, REG_OTHER } rbp, ra;
+  int64_t rbp_at, ra_at;
+} cfi_state_t;
+
+typedef struct cfi_program_s {
+  uint64_t code_align;
+  int64_t data_align;
+  uint8_t fde_enc;
+  uint64_t ra_reg;
+  cfi_state_t initial; /* after the CIE's instructions: what DW_CFA_restore goes back to */
+} cfi_program_t;
+
+static void cfi_set_reg(cfi_state_t *s, uint64_t reg, int how, int64_t at, const cfi_program_t *cie) {
+  if (reg == DW_RBP) {
+    s->rbp = how;
+    s->rbp_at = at;
+  } else if (reg == cie->ra_reg) {
+    s->ra = how;
+    s->ra_at = at;
+  }
+}
+
+static void cfi_restore_reg(cfi_state_t *s, uint64_t reg, const cfi_program_t *cie) {
+  if (reg == DW_RBP) {
+    s->rbp = cie->initial.rbp;
+    s->rbp_at = cie->initial.rbp_at;
+  } else if (reg == cie->ra_reg) {
+    s->ra = cie->initial.ra;
+    s->ra_at = cie->initial.ra_at;
+  }
+}
+
+/* Runs a CFA program until the row that covers `target` (loc starts at `loc`; a CIE's program
+ * has no advances). False on an instruction the rule cannot express for the registers it
+ * follows. */
+static bool cfi_run(cfi_reader_t *r, cfi_state_t *s, const cfi_program_t *cie, uintptr_t loc, uintptr_t target) {
+  cfi_state_t remembered[8];
+  unsigned depth = 0;
+  while (r->at < r->end && !r->bad) {
+    uint8_t op = cfi_byte(r);
+    uint64_t reg, delta = 0;
+    switch (op >> 6) {
+    case 1: delta = op & 0x3f; goto advance;
+    case 2: reg = op & 0x3f; cfi_set_reg(s, reg, REG_AT, (int64_t)cfi_uleb(r) * cie->data_align, cie); continue;
+    case 3: cfi_restore_reg(s, op & 0x3f, cie); continue;
+    }
+    switch (op) {
+    case 0x00: continue; /* nop */
+    case 0x02: delta = cfi_byte(r); goto advance;
+    case 0x03: delta = cfi_byte(r); delta |= (uint64_t)cfi_byte(r) << 8; goto advance;
+    case 0x04: delta = 0; for (int i = 0; i < 4; i++) delta |= (uint64_t)cfi_byte(r) << (8 * i); goto advance;
+    case 0x05: reg = cfi_uleb(r); cfi_set_reg(s, reg, REG_AT, (int64_t)cfi_uleb(r) * cie->data_align, cie); continue;
+    case 0x06: cfi_restore_reg(s, cfi_uleb(r), cie); continue;
+    case 0x07: cfi_set_reg(s, cfi_uleb(r), REG_UNDEFINED, 0, cie); continue;
+    case 0x08: cfi_set_reg(s, cfi_uleb(r), REG_SAME, 0, cie); continue;
+    case 0x09: reg = cfi_uleb(r); cfi_uleb(r); cfi_set_reg(s, reg, REG_OTHER, 0, cie); continue;
+    case 0x0a: /* remember_state (the CFA too, as GCC expects) */
+      if (depth == sizeof remembered / sizeof remembered[0]) return false;
+      remembered[depth++] = *s;
+      continue;
+    case 0x0b:
+      if (depth == 0) return false;
+      *s = remembered[--depth];
+      continue;
+    case 0x0c: s->cfa_reg = (uint8_t)cfi_uleb(r); s->cfa_offset = (int64_t)cfi_uleb(r); continue;
+    case 0x0d: s->cfa_reg = (uint8_t)cfi_uleb(r); continue;
+    case 0x0e: s->cfa_offset = (int64_t)cfi_uleb(r); continue;
+    case 0x0f: return false; /* def_cfa_expression */
+    case 0x10: case 0x16: /* expression, val_expression */
+      reg = cfi_uleb(r);
+      cfi_skip(r, cfi_uleb(r));
+      cfi_set_reg(s, reg, REG_OTHER, 0, cie);
+      continue;
+    case 0x11: reg = cfi_uleb(r); cfi_set_reg(s, reg, REG_AT, cfi_sleb(r) * cie->data_align, cie); continue;
+    case 0x12: s->cfa_reg = (uint8_t)cfi_uleb(r); s->cfa_offset = cfi_sleb(r) * cie->data_align; continue;
+    case 0x13: s->cfa_offset = cfi_sleb(r) * cie->data_align; continue;
+    case 0x14: case 0x15: reg = cfi_uleb(r); cfi_uleb(r); cfi_set_reg(s, reg, REG_OTHER, 0, cie); continue;
+    case 0x2e: cfi_uleb(r); continue; /* GNU_args_size */
+    case 0x2f: reg = cfi_uleb(r); cfi_set_reg(s, reg, REG_AT, -(int64_t)cfi_uleb(r) * cie->data_align, cie); continue;
+    default: return false; /* set_loc, window_save, vendor extensions */
+    }
+  advance:
+    if (loc + delta * cie->code_align > target) return !r->bad;
+    loc += delta * cie->code_align;
+  }
+  return !r->bad;
+}
+
+/* The rule of the frame whose return address is key + 1, or RULE_GENERAL. */
+static uint64_t prof_rule_read(uintptr_t key) {
+  struct dwarf_eh_bases bases;
+  const uint8_t *fde = _Unwind_Find_FDE((void *)key, &bases);
+  if (fde == NULL) return RULE_END; /* no unwind information: libgcc would stop here too */
+  uint32_t len, cie_delta;
+  memcpy(&len, fde, 4);
+  memcpy(&cie_delta, fde + 4, 4);
+  if (len == 0xffffffffu || len < 8) return RULE_GENERAL;
+  const uint8_t *cie = fde + 4 - cie_delta;
+  uint32_t cie_len;
+  memcpy(&cie_len, cie, 4);
+  if (cie_len == 0xffffffffu || cie_len < 8) return RULE_GENERAL;
+
+  cfi_program_t prog = {.fde_enc = 0x00};
+  cfi_reader_t r = {cie + 8, cie + 4 + cie_len, false};
+  uint8_t version = cfi_byte(&r);
+  const char *aug = (const char *)r.at;
+  while (r.at < r.end && *r.at) r.at++;
+  cfi_byte(&r);
+  if (aug[0] != '\0' && aug[0] != 'z') return RULE_GENERAL;
+  if (version >= 4) cfi_skip(&r, 2); /* address and segment sizes */
+  prog.code_align = cfi_uleb(&r);
+  prog.data_align = cfi_sleb(&r);
+  prog.ra_reg = version == 1 ? cfi_byte(&r) : cfi_uleb(&r);
+  if (aug[0] == 'z') {
+    uint64_t aug_len = cfi_uleb(&r);
+    const uint8_t *after = r.at + aug_len;
+    for (const char *a = aug + 1; *a && !r.bad; a++) {
+      if (*a == 'R') prog.fde_enc = cfi_byte(&r);
+      else if (*a == 'L') cfi_byte(&r);
+      else if (*a == 'P') {
+        uint8_t enc = cfi_byte(&r);
+        if ((enc & 0x70) == 0x50) return RULE_GENERAL; /* aligned */
+        cfi_skip_encoded(&r, enc);
+      } else if (*a == 'S') return RULE_GENERAL; /* a signal frame: registers come from the kernel's */
+    }
+    if (r.bad || after > r.end) return RULE_GENERAL;
+    r.at = after;
+  }
+  if (prog.ra_reg != DW_RA || r.bad) return RULE_GENERAL;
+  cfi_state_t s = {.cfa_reg = DW_RSP, .rbp = REG_SAME, .ra = REG_SAME};
+  if (!cfi_run(&r, &s, &prog, 0, 0)) return RULE_GENERAL;
+  prog.initial = s;
+
+  cfi_reader_t f = {fde + 8, fde + 4 + len, false};
+  cfi_skip_encoded(&f, prog.fde_enc);        /* the function's start: bases.func has it */
+  cfi_skip_encoded(&f, prog.fde_enc & 0x0f); /* its length */
+  if (aug[0] == 'z') cfi_skip(&f, cfi_uleb(&f));
+  if (f.bad || !cfi_run(&f, &s, &prog, (uintptr_t)bases.func, key)) return RULE_GENERAL;
+
+  if (s.ra == REG_UNDEFINED) return RULE_END;
+  if (s.ra != REG_AT || s.ra_at != -8) return RULE_GENERAL;
+  if (s.cfa_reg != DW_RSP && s.cfa_reg != DW_RBP) return RULE_GENERAL;
+  if (s.cfa_offset < 0 || s.cfa_offset > (int64_t)PROF_UNWIND_MAX_FRAME) return RULE_GENERAL;
+  if (s.rbp == REG_OTHER || (s.rbp == REG_AT && (s.rbp_at < -32768 || s.rbp_at > 32767))) return RULE_GENERAL;
+  uint64_t rule = (uint64_t)(uint32_t)s.cfa_offset;
+  if (s.cfa_reg == DW_RBP) rule |= RULE_ON_RBP;
+  if (s.rbp == REG_AT) rule |= RULE_RBP_SAVED | (uint64_t)(uint16_t)(int16_t)s.rbp_at << 48;
+  if (s.rbp == REG_UNDEFINED) rule |= RULE_RBP_LOST;
+  return rule;
+}
+
+static uint64_t prof_rule_of(uintptr_t key) {
+  size_t home = prof_rule_home(key);
+  for (unsigned i = 0; i < PROF_RULE_PROBES; i++) {
+    prof_rule_slot_t *slot = &prof_rules[(home + i) % PROF_RULE_SLOTS];
+    uintptr_t k = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
+    if (k == key) return slot->rule;
+    if (k == 0) break;
+  }
+  if (QM_UNLIKELY(prof_test_unwind_hook != NULL)) prof_test_unwind_hook();
+  uint64_t rule = prof_rule_read(key);
+  if (__atomic_exchange_n(&prof_rules_writer, 1, __ATOMIC_ACQUIRE) == 0) {
+    for (unsigned i = 0; i < PROF_RULE_PROBES; i++) {
+      prof_rule_slot_t *slot = &prof_rules[(home + i) % PROF_RULE_SLOTS];
+      uintptr_t k = __atomic_load_n(&slot->key, __ATOMIC_RELAXED);
+      if (k == key) break;
+      if (k == 0) {
+        slot->rule = rule;
+        __atomic_store_n(&slot->key, key, __ATOMIC_RELEASE);
+        __atomic_fetch_add(&prof_rules_filled, 1, __ATOMIC_RELAXED);
+        break;
+      }
+    }
+    __atomic_store_n(&prof_rules_writer, 0, __ATOMIC_RELEASE);
+  }
+  return rule;
+}
+
+uint64_t prof_unwind_rules_read(void) { return __atomic_load_n(&prof_rules_filled, __ATOMIC_RELAXED); }
+
+void prof_unwind_fork_child(void) { prof_rules_writer = 0; }
+
+/* ---- the walk ---------------------------------------------------------------------------------- */
+
+/* Steps from this function's own frame (its registers read at a known instruction) to the
+ * outermost one. -1 when a frame needs libgcc. */
+static QM_NOINLINE int prof_stack_walk(uintptr_t *frames, unsigned skip) {
+  uintptr_t pc, sp, bp;
+  __asm__ volatile("lea 0(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2" : "=&r"(pc), "=&r"(sp), "=&r"(bp));
+  uintptr_t key = pc; /* the rule at the instruction after the lea, whose rsp was read */
+  unsigned depth = 0;
+  bool bp_lost = false;
+  skip++; /* this frame's caller is prof_stack_capture, not recorded */
+  for (;;) {
+    if (QM_UNLIKELY(prof_test_unwind_hook != NULL)) prof_test_unwind_hook();
+    uint64_t rule = prof_rule_of(key);
+    if (rule & RULE_GENERAL) return -1;
+    if (rule & RULE_END) break;
+    if ((rule & RULE_ON_RBP) && bp_lost) break;
+    uintptr_t cfa = ((rule & RULE_ON_RBP) ? bp : sp) + (uint32_t)rule;
+    /* A CFA below the frame's own stack pointer, or implausibly far: a wrong rule (code
+     * unloaded and replaced), so stop rather than read from it. */
+    if (cfa <= sp || cfa - sp > PROF_UNWIND_MAX_FRAME || (cfa & 7) != 0) break;
+    uintptr_t ra = ((const uintptr_t *)cfa)[-1];
+    if (rule & RULE_RBP_SAVED) bp = *(const uintptr_t *)(cfa + (int16_t)(rule >> 48));
+    if (rule & RULE_RBP_LOST) bp_lost = true;
+    sp = cfa;
+    if (ra == 0) break;
+    if (skip > 0) skip--;
+    else {
+      frames[depth++] = ra;
+      if (depth == PROF_MAX_FRAMES) break;
+    }
+    key = ra - 1; /* inside the call instruction: the caller's rule there */
+  }
+  return (int)depth;
+}
+
+QM_NOINLINE unsigned prof_stack_capture(uintptr_t *frames, unsigned skip) {
+  int depth = prof_stack_walk(frames, skip);
+  if (depth < 0) depth = (int)prof_stack_capture_libgcc(frames, skip + 1);
+  __asm__ volatile("" ::: "memory"); /* not a tail call: the frame counts in `skip` */
+  return (unsigned)depth;
+}
+
+#else /* other architectures: libgcc's unwinder for every sample */
+
+uint64_t prof_unwind_rules_read(void) { return 0; }
+void prof_unwind_fork_child(void) {}
+
+QM_NOINLINE unsigned prof_stack_capture(uintptr_t *frames, unsigned skip) {
+  unsigned depth = prof_stack_capture_libgcc(frames, skip + 1);
+  __asm__ volatile("" ::: "memory");
+  return depth;
+}
+
+#endif
