@@ -233,6 +233,7 @@ static void *alloc_large(size_t size, size_t alignment, bool *zeroed) {
   span_t *span = pageheap_alloc(npages, align_pages, 0, zeroed);
   if (span == NULL) return fail_enomem();
   if (qm_hardened) harden_guard_large(span);
+  freelist_forget_tag((void *)span->start);
   return (void *)span->start;
 }
 
