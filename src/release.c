@@ -41,7 +41,7 @@ static uint64_t release_period_ms(void) {
 
 static struct {
   pthread_mutex_t lock;
-  bool started;   /* read without the lock by the first tests */
+  bool started;   /* atomic: read without the lock by the first tests */
   bool requested; /* something to release appeared; started at the next release_poll */
   uint64_t wakeups;
 } release_state = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -85,7 +85,8 @@ void release_request(void) {
 }
 
 void release_poll(void) {
-  if (__atomic_load_n(&release_state.requested, __ATOMIC_RELAXED) && !release_state.started && init_done) {
+  if (__atomic_load_n(&release_state.requested, __ATOMIC_RELAXED) &&
+      !__atomic_load_n(&release_state.started, __ATOMIC_ACQUIRE) && init_done) {
     __atomic_store_n(&release_state.requested, false, __ATOMIC_RELAXED);
     release_start();
   }
