@@ -41,7 +41,7 @@ static uint64_t release_period_ms(void) {
 
 static struct {
   pthread_mutex_t lock;
-  bool started;   /* atomic: read without the lock by the first tests */
+  bool started;   /* read without the lock by the first tests */
   bool requested; /* something to release appeared; started at the next release_poll */
   uint64_t wakeups;
 } release_state = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -85,6 +85,8 @@ void release_request(void) {
 }
 
 void release_poll(void) {
+  /* started is written atomically by release_start while other threads poll (ThreadSanitizer
+   * found the plain read here in stress-stress). */
   if (__atomic_load_n(&release_state.requested, __ATOMIC_RELAXED) &&
       !__atomic_load_n(&release_state.started, __ATOMIC_ACQUIRE) && init_done) {
     __atomic_store_n(&release_state.requested, false, __ATOMIC_RELAXED);
