@@ -114,11 +114,11 @@ QM_EXPORT int mallopt(int param, int value) {
   switch (param) {
     case M_TRIM_THRESHOLD:
       /* Free memory beyond the threshold goes back to the OS on free: qmalloc's retain_max.
-       * Negative (glibc's -1): never; the decay, which glibc does not have, goes to its longest
-       * (an hour: pages nobody reused for that long still go back, docs/options.md says so). */
+       * Negative (glibc's -1): never; the decay, which glibc does not have, is never too (-1), so
+       * only malloc_trim gives memory back, as in glibc. */
       if (value >= 0) return introspect_set_option(OPTION_RETAIN_MAX, value) ? 1 : 0;
       return introspect_set_option(OPTION_RETAIN_MAX, options_table[OPTION_RETAIN_MAX].max) &&
-                     introspect_set_option(OPTION_DECAY_MS, options_table[OPTION_DECAY_MS].max)
+                     introspect_set_option(OPTION_DECAY_MS, -1)
                  ? 1
                  : 0;
     case M_MMAP_THRESHOLD:

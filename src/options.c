@@ -171,6 +171,11 @@ static bool options_parse_value(option_type_t type, const char *s, size_t n, lon
     return false;
   }
 
+  /* An interval that never ends (decay_ms): the range check refuses it where min is not -1. */
+  if (type == OPTION_TYPE_MS && (options_equal_nocase(s, n, "never") || options_equal(s, n, "-1"))) {
+    *out = -1;
+    return true;
+  }
   unsigned long long v;
   size_t used = options_parse_digits(s, n, &v);
   if (used == 0)
@@ -240,6 +245,8 @@ size_t options_format_value(option_id_t id, long long v, char *buf, size_t cap) 
   switch (options_table[id].type) {
   case OPTION_TYPE_BOOL:
     return log_format(buf, cap, "%s", v ? "true" : "false");
+  case OPTION_TYPE_MS:
+    return v < 0 ? log_format(buf, cap, "never") : log_format(buf, cap, "%lld", v);
   case OPTION_TYPE_PATH: /* the value is a length: show the text, which only the current value has */
     return log_format(buf, cap, "%s", v == 0 ? "none" : options_strings[id]);
   case OPTION_TYPE_BYTES: {
@@ -276,6 +283,8 @@ size_t options_format_range(option_id_t id, char *buf, size_t cap) {
     }
     return n;
   }
+  if (info->type == OPTION_TYPE_MS && info->min < 0)
+    return log_format(buf, cap, "0..%lld or never", info->max);
   char lo[24], hi[24];
   options_format_value(id, info->min, lo, sizeof lo);
   options_format_value(id, info->max, hi, sizeof hi);

@@ -31,8 +31,9 @@
  *         test); the preprocessor cannot change case, so both spellings are written out.
  *   name  lower_snake; the environment variable is QMALLOC_<NAME>.
  *   type  BOOL, COUNT (plain integer), POW2 (integer that must be a power of two), BYTES (K/M/G/T
- *         suffixes accepted), MS (milliseconds, "ms" or "s" suffix accepted), PATH (a string:
- *         default, min and max bound its length).
+ *         suffixes accepted), MS (milliseconds, "ms" or "s" suffix accepted; with min -1, "never"
+ *         or "-1" is the value -1: an interval that never ends), PATH (a string: default, min and
+ *         max bound its length).
  *   help  one line, shown in docs/options.md word for word. */
 /* Why the defaults:
  * - tcache_max 4 MiB, measured (mtbench t-test1, 2 threads, sizes up to 32 KiB, 200k ops each,
@@ -66,8 +67,8 @@
     "a thread that neither allocates nor frees for this long gives its cache back (0: never)")     \
   X(TRANSFER_BATCH, transfer_batch, COUNT, 32, 1, 1024,                                            \
     "most objects moved between a thread cache and the central lists at once")                     \
-  X(DECAY_MS, decay_ms, MS, 10000, 0, 3600000,                                                     \
-    "free pages unused this long are returned to the OS (0: at once)")                             \
+  X(DECAY_MS, decay_ms, MS, 10000, -1, 3600000,                                                    \
+    "free pages unused this long are returned to the OS (0: at once; never or -1: only by malloc_trim)") \
   X(RETAIN_MAX, retain_max, BYTES, 64 * OPTIONS_MIB, 0, 1 * OPTIONS_TIB,                           \
     "free but not yet returned bytes above which pages are returned at once")                      \
   X(RELEASE_LARGE, release_large, BYTES, 32 * OPTIONS_MIB, 0, 1 * OPTIONS_TIB,                     \

@@ -223,6 +223,12 @@ static bool pageheap_release_span(span_t *span, uint64_t now) {
   return true;
 }
 
+/* When a span freed at `freed_ms` is due: decay_ms -1 ("never", mallopt(M_TRIM_THRESHOLD, -1))
+ * reads as UINT64_MAX and saturates to never; only retain_max and malloc_trim release then. */
+static uint64_t pageheap_due_ms(uint64_t freed_ms, uint64_t decay) {
+  return decay > UINT64_MAX - freed_ms ? UINT64_MAX : freed_ms + decay;
+}
+
 /* Releases backed spans free for longer than decay_ms, then the oldest until at most retain_max
  * bytes stay backed. Requires the lock. */
 static void pageheap_decay(uint64_t now) {
@@ -231,15 +237,15 @@ static void pageheap_decay(uint64_t now) {
   span_t *s;
   /* next_decay_ms is stored atomically: pageheap_maybe_decay reads it without the lock
    * (ThreadSanitizer found the plain store). */
-  while ((s = pageheap.oldest) != NULL && (s->freed_ms + decay <= now || pageheap.backed.bytes > retain)) {
+  while ((s = pageheap.oldest) != NULL && (pageheap_due_ms(s->freed_ms, decay) <= now || pageheap.backed.bytes > retain)) {
     if (!pageheap_release_span(s, now)) {
       /* The kernel keeps refusing (mlockall): try again one decay interval (at least 1 s) later
        * rather than on every entry, and keep the memory (it stays backed and correct). */
-      __atomic_store_n(&pageheap.next_decay_ms, now + (decay > 1000 ? decay : 1000), __ATOMIC_RELAXED);
+      __atomic_store_n(&pageheap.next_decay_ms, pageheap_due_ms(now, decay > 1000 ? decay : 1000), __ATOMIC_RELAXED);
       return;
     }
   }
-  __atomic_store_n(&pageheap.next_decay_ms, pageheap.oldest ? pageheap.oldest->freed_ms + decay : UINT64_MAX,
+  __atomic_store_n(&pageheap.next_decay_ms, pageheap.oldest ? pageheap_due_ms(pageheap.oldest->freed_ms, decay) : UINT64_MAX,
                    __ATOMIC_RELAXED);
 }
 
@@ -289,7 +295,7 @@ size_t pageheap_release_all(void) {
   /* Each backed span once: one the kernel refuses moves to the newest end and is not retried. */
   for (size_t n = pageheap.free_spans; n > 0 && pageheap.oldest != NULL; n--) pageheap_release_span(pageheap.oldest, now);
   uint64_t decay = (uint64_t)option(OPTION_DECAY_MS);
-  __atomic_store_n(&pageheap.next_decay_ms, pageheap.oldest ? pageheap.oldest->freed_ms + decay : UINT64_MAX,
+  __atomic_store_n(&pageheap.next_decay_ms, pageheap.oldest ? pageheap_due_ms(pageheap.oldest->freed_ms, decay) : UINT64_MAX,
                    __ATOMIC_RELAXED);
   size_t released = pageheap.released_bytes_total - before;
   /* And the address space of whole free regions: a program that peaked under RLIMIT_AS and shrank

@@ -301,7 +301,12 @@ static size_t tcache_take_list(tcache_t *tc, unsigned cls) {
 /* The taking side of the window protocol (tcache_window.h) for every other live cache at once,
  * so that two membarrier calls serve them all: stop the slow paths, then the lists, then take
  * what stayed stopped. The owner starts again as a new thread would, earning list lengths by
- * missing, with the least budget. Under the registry lock. */
+ * missing, with the least budget. Under the registry lock.
+ * ThreadSanitizer reports races here that are not races: the owner's fast paths touch its lists
+ * (and the objects on them) with plain accesses, ordered against this side only by the full
+ * barrier membarrier(2) runs on the owner's CPU, which ThreadSanitizer does not model. The fast
+ * paths must stay plain, so tests/tsan.supp names this side's functions (and unit-reclaim's
+ * racers, whose objects cross through it); the sanitizer's stress runs turn the scan off. */
 static size_t tcache_reclaim_scan(bool everyone) {
   if (!tcache_registry.can_stop_others) return 0;
   tcache_t *self = &tcache_self, *stopped = NULL;

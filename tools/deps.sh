@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what a make target needs on a fresh Debian machine, and nothing that is already there.
-# usage: tools/deps.sh build|fastpath|bench|real|install
+# usage: tools/deps.sh build|fastpath|bench|real|install|checked
 set -euo pipefail
 need_pkgs=()
 want() { # want COMMAND-or-FILE PACKAGE
@@ -26,7 +26,11 @@ case "${1:-build}" in
               want "/usr/lib/python$v/test/test_dict.py" "libpython$v-testsuite"
             else want /usr/bin/python3 python3; fi ;;
   install)  want pkg-config pkgconf; want readelf binutils; want groff groff-base ;; # tests/install
-  *) echo "deps.sh: unknown target '$1' (expected build, fastpath, bench, real or install)" >&2; exit 2 ;;
+  # tools/checked_build.sh tsan: gcc's ThreadSanitizer and UBSan runtimes (gcc-12 pulls them in
+  # through libgcc-12-dev on Debian 12; checked in case a slimmer gcc lacks them).
+  checked)  want "$(gcc -print-file-name=libtsan.so)" libgcc-12-dev
+            want "$(gcc -print-file-name=libubsan.so)" libgcc-12-dev ;;
+  *) echo "deps.sh: unknown target '$1' (expected build, fastpath, bench, real, install or checked)" >&2; exit 2 ;;
 esac
 [[ ${#need_pkgs[@]} -eq 0 ]] && exit 0
 if [[ $(id -u) -ne 0 ]]; then

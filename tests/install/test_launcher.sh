@@ -62,7 +62,7 @@ for where in installed in-tree; do
   expect_error "$where: setuid program" 2 "^qmalloc: $SETUID: set-user-ID or set-group-ID program; the loader would not preload qmalloc into it$" "$L" -- "$SETUID"
   expect_error "$where: unknown option" 2 "^qmalloc: unknown option 'decay' \(options: tcache_max, .*decay_ms.*\)$" "$L" --option decay=1 -- "${touch_mark[@]}"
   expect_error "$where: tooling variable is no option" 2 "^qmalloc: unknown option 'so' " "$L" --option so=x -- "${touch_mark[@]}"
-  expect_error "$where: bad value" 2 "^qmalloc: bad option value: QMALLOC_DECAY_MS=abc is not valid \(expected milliseconds 0..3600000\)$" "$L" --option decay_ms=abc -- "${touch_mark[@]}"
+  expect_error "$where: bad value" 2 "^qmalloc: bad option value: QMALLOC_DECAY_MS=abc is not valid \(expected milliseconds 0..3600000 or never\)$" "$L" --option decay_ms=abc -- "${touch_mark[@]}"
   expect_error "$where: out of range" 2 "^qmalloc: bad option value: QMALLOC_MIN_ALIGN=32 " "$L" --option min_align=32 "${touch_mark[@]}"
   expect_error "$where: option without =" 2 "^qmalloc: --option needs NAME=VALUE, got 'decay_ms'$" "$L" --option decay_ms -- "${touch_mark[@]}"
   expect_error "$where: option without argument" 2 "^qmalloc: --option needs NAME=VALUE$" "$L" --option

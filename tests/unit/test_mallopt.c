@@ -4,12 +4,19 @@
  * on free, decay included; M_MMAP_THRESHOLD sets release_large (negative: never); M_MXFAST is
  * refused outside 0..160 as glibc refuses it; the parameters qmalloc has no concept for return 1
  * and change no option. Effects are checked in the page heap: what a large free releases, and
- * whether a block gets a mapping of its own. */
+ * whether a block gets a mapping of its own. After M_TRIM_THRESHOLD -1 the decay never releases
+ * (decay_ms never): 16 MiB freed stay backed through the page heap's decay called with a clock
+ * two hours on (past the longest decay an option can set) and through ten of the background
+ * releaser's wakeups, while the same free with the shortest decay (1 ms) is given back;
+ * malloc_trim(0) still returns it. The one wait polls with a generous bound (60 s), never a timing
+ * assumption. */
 #include <limits.h>
 #include <malloc.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
+#include "os.h"
 #include "testutil.h"
 
 static pageheap_stats_t heap(void) {
@@ -26,6 +33,90 @@ static uint64_t released_by_large_free(void) {
   uint64_t before = heap().released_bytes_total;
   free(p);
   return heap().released_bytes_total - before;
+}
+
+#define TRIM_BLOCKS 16
+#define TRIM_BLOCK_SIZE ((size_t)1 << 20) /* large spans, below release_large and retain_max */
+
+/* Allocates, touches and frees 16 MiB of large blocks; returns released_bytes_total before the free. */
+static uint64_t free_16_mib(void) {
+  void *blocks[TRIM_BLOCKS];
+  for (int i = 0; i < TRIM_BLOCKS; i++) {
+    blocks[i] = malloc(TRIM_BLOCK_SIZE);
+    CHECK(blocks[i] != NULL);
+    memset(blocks[i], 1, TRIM_BLOCK_SIZE);
+  }
+  uint64_t before = heap().released_bytes_total;
+  for (int i = 0; i < TRIM_BLOCKS; i++) free(blocks[i]);
+  return before;
+}
+
+/* Polls (10 ms steps, at most 60 s) until no free page is left backed, or until the background
+ * releaser has woken `wakeups` more times (each wakeup runs the decay). Returns the bytes
+ * released since `before`. */
+static uint64_t released_after_waiting(uint64_t before, uint64_t wakeups) {
+  uint64_t woken = release_wakeups();
+  struct timespec tick = {0, 10 * 1000000L};
+  for (int i = 0; i < 6000; i++) {
+    pageheap_stats_t s = heap();
+    if (s.free_backed_bytes == 0 || release_wakeups() - woken >= wakeups) return s.released_bytes_total - before;
+    nanosleep(&tick, NULL);
+  }
+  return heap().released_bytes_total - before;
+}
+
+/* Runs the page heap's decay as if two hours had passed (past the longest decay an option can set):
+ * waiting made deterministic. Returns the bytes it released. */
+static uint64_t released_by_decay_two_hours_on(void) {
+  uint64_t before = heap().released_bytes_total;
+  pageheap_maybe_decay(os_now_ms() + 2 * 3600 * 1000);
+  return heap().released_bytes_total - before;
+}
+
+/* decay_ms never (mallopt(M_TRIM_THRESHOLD, -1)): nothing goes back by decay; malloc_trim does it. */
+static void test_trim_never(const long long *defaults) {
+  memcpy(options_values, defaults, sizeof options_values[0] * OPTION_COUNT);
+  /* The control: with the shortest decay the 16 MiB go back. */
+  options_values[OPTION_DECAY_MS] = 1;
+  options_values[OPTION_TCACHE_IDLE_MS] = 20; /* the releaser wakes every 10 ms (release.c) */
+  uint64_t before = free_16_mib();
+  released_by_decay_two_hours_on();
+  /* (What the frees themselves released counts too: under emulation 1 ms passes between two of them.)
+   * (Bits of free spans short of a whole kernel page stay backed under 64 KiB pages: less than a block.) */
+  uint64_t released = heap().released_bytes_total - before;
+  CHECK_MSG(heap().free_backed_bytes < TRIM_BLOCK_SIZE && released >= TRIM_BLOCKS * TRIM_BLOCK_SIZE,
+            "decay 1 ms: %zu free bytes still backed two hours on (%llu released)", heap().free_backed_bytes,
+            (unsigned long long)released);
+
+  CHECK_EQ(mallopt(M_TRIM_THRESHOLD, -1), 1);
+  CHECK_EQ(option(OPTION_DECAY_MS), -1);
+  before = free_16_mib();
+  released = released_by_decay_two_hours_on();
+  pageheap_stats_t s = heap();
+  CHECK_MSG(s.released_bytes_total == before, "decay never: %llu bytes released by the decay two hours on",
+            (unsigned long long)(s.released_bytes_total - before));
+  CHECK_MSG(s.free_backed_bytes >= TRIM_BLOCKS * TRIM_BLOCK_SIZE, "decay never: only %zu free bytes backed",
+            s.free_backed_bytes);
+  /* The background releaser (started by now: more than 4 MiB were free) wakes every 10 ms here:
+   * ten wakeups later nothing more has gone back. tests/cross turns it off where the emulator
+   * cannot start threads; the decay itself is checked above either way. */
+  if (option(OPTION_RELEASE_THREAD)) {
+    uint64_t woken = release_wakeups();
+    released = released_after_waiting(before, 10);
+    CHECK_MSG(release_wakeups() - woken >= 10, "the releaser woke %llu times in 60 s: it proves nothing",
+              (unsigned long long)(release_wakeups() - woken));
+    CHECK_MSG(released == 0, "decay never: %llu bytes released over ten releaser wakeups", (unsigned long long)released);
+  }
+
+  /* malloc_trim still returns it, as glibc's does after M_TRIM_THRESHOLD -1. */
+  before = heap().released_bytes_total;
+  CHECK_EQ(malloc_trim(0), 1);
+  s = heap();
+  CHECK_MSG(s.released_bytes_total - before >= TRIM_BLOCKS * TRIM_BLOCK_SIZE, "malloc_trim released %llu bytes",
+            (unsigned long long)(s.released_bytes_total - before));
+  CHECK_MSG(s.free_backed_bytes < TRIM_BLOCK_SIZE, "after malloc_trim %zu free bytes backed", s.free_backed_bytes);
+  if (!option(OPTION_RELEASE_THREAD)) /* printed last: stdio's buffer would come from the 16 MiB */
+    printf("unit-mallopt: the releaser's wakeups not checked: release_thread is off (QMALLOC_RELEASE_THREAD=0)\n");
 }
 
 int main(void) {
@@ -60,7 +151,7 @@ int main(void) {
   options_values[OPTION_DECAY_MS] = 0;
   CHECK_EQ(mallopt(M_TRIM_THRESHOLD, -1), 1);
   CHECK_EQ(option(OPTION_RETAIN_MAX), options_table[OPTION_RETAIN_MAX].max);
-  CHECK_EQ(option(OPTION_DECAY_MS), options_table[OPTION_DECAY_MS].max);
+  CHECK_EQ(option(OPTION_DECAY_MS), -1);
   uint64_t released = released_by_large_free();
   CHECK_MSG(released == 0, "trim threshold -1: a free released %llu bytes", (unsigned long long)released);
   CHECK_EQ(mallopt(M_TRIM_THRESHOLD, INT_MIN), 1);
@@ -98,5 +189,6 @@ int main(void) {
   CHECK(p != NULL);
   CHECK_MSG(heap().direct_blocks == direct, "mmap threshold -1: a 64 MiB block still got its own mapping");
   free(p);
+  test_trim_never(defaults);
   return tu_summary("unit-mallopt");
 }

@@ -242,6 +242,12 @@ static void test_good_values(void) {
   expect_accepted("decay_ms", "10s", 10000);
   expect_accepted("decay_ms", "3600s", 3600000);
   expect_accepted("decay_ms", "3600000", 3600000);
+  /* An interval that never ends: decay_ms only (mallopt(M_TRIM_THRESHOLD, -1) sets it). */
+  expect_accepted("decay_ms", "never", -1);
+  expect_accepted("decay_ms", "NEVER", -1);
+  expect_accepted("decay_ms", "-1", -1);
+  expect_rejected("tcache_idle_ms", "never");
+  expect_rejected("tcache_idle_ms", "-1");
 
   /* Names are matched without regard to case. */
   expect_accepted("DECAY_MS", "42", 42);
@@ -250,9 +256,9 @@ static void test_good_values(void) {
 static void test_bad_values(void) {
   options_reset_for_test();
   expect_accepted("decay_ms", "777", 777); /* a non-default previous value must survive */
-  static const char *const bad_ms[] = {"",   "12x",  "-1",  "+1",  "99999999999999999999", "1.5",
+  static const char *const bad_ms[] = {"",   "12x",  "-2",  "+1",  "99999999999999999999", "1.5",
                                        " 5", "5 ",   "0x10", "1e3", "5m",  "ms",   "3600001",
-                                       "3601s", "5 ms", "abc", "18446744073709551616s"};
+                                       "3601s", "5 ms", "abc", "18446744073709551616s", "-1ms", "nevers", "never "};
   for (size_t i = 0; i < sizeof bad_ms / sizeof bad_ms[0]; i++)
     expect_rejected("decay_ms", bad_ms[i]);
 
@@ -304,14 +310,14 @@ static void test_warning_text(void) {
   capture_begin();
   options_set("decay_ms", 8, "abc", 3, "QMALLOC_DECAY_MS");
   CHECK_MSG(strcmp(capture_end(), "qmalloc: warning: QMALLOC_DECAY_MS=abc is not valid "
-                                  "(expected milliseconds 0..3600000); using 10000\n") == 0,
+                                  "(expected milliseconds 0..3600000 or never); using 10000\n") == 0,
             "got \"%s\"", captured);
 
   clear_qmalloc_environment();
   setenv("QMALLOC_DECAY_MS", "abc", 1);
   const char *out = reinit();
   CHECK_MSG(strcmp(out, "qmalloc: warning: QMALLOC_DECAY_MS=abc is not valid "
-                        "(expected milliseconds 0..3600000); using 10000\n") == 0,
+                        "(expected milliseconds 0..3600000 or never); using 10000\n") == 0,
             "got \"%s\"", out);
   CHECK_EQ(option(OPTION_DECAY_MS), 10000);
   CHECK(options_source(OPTION_DECAY_MS) == NULL);
@@ -320,7 +326,7 @@ static void test_warning_text(void) {
   setenv("QMALLOC_OPTIONS", "decay_ms=abc", 1);
   out = reinit();
   CHECK_MSG(strcmp(out, "qmalloc: warning: QMALLOC_OPTIONS: decay_ms=abc is not valid "
-                        "(expected milliseconds 0..3600000); using 10000\n") == 0,
+                        "(expected milliseconds 0..3600000 or never); using 10000\n") == 0,
             "got \"%s\"", out);
 
   clear_qmalloc_environment();
@@ -438,7 +444,7 @@ static void test_precedence(void) {
   setenv("QMALLOC_OPTIONS", "decay_ms=5s", 1);
   const char *out = reinit();
   CHECK_MSG(strcmp(out, "qmalloc: warning: QMALLOC_DECAY_MS=abc is not valid "
-                        "(expected milliseconds 0..3600000); using 5000\n") == 0, "got \"%s\"", out);
+                        "(expected milliseconds 0..3600000 or never); using 5000\n") == 0, "got \"%s\"", out);
   CHECK_EQ(option(OPTION_DECAY_MS), 5000);
 }
 

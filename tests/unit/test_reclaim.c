@@ -4,6 +4,7 @@
  * take; malloc_trim takes every quiet cache at once; a push caught between reading the count and
  * writing loses no object; and the protocol holds against owners that never stop (three threads churning objects with checked contents while scans run non-stop). */
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "freelist.h"
@@ -196,8 +197,14 @@ static void test_push_in_flight(int when) {
  * slot and serial in its first and last words; one object handed out twice, or a list corrupted by
  * a take that overlapped an operation, shows as a mismatch or a crash. */
 #define RACERS 3
-#define RACE_OPS 3000000
 #define SLOTS 64
+/* Operations per racer: 3,000,000, or at least QM_TEST_RACE_OPS (tools/checked_build.sh's
+ * ThreadSanitizer build, where each costs ten times as much, passes fewer) and then on, up to
+ * 3,000,000, until the taker has taken more than 10 caches. */
+#define RACE_OPS_MAX 3000000
+#define RACE_TAKES_WANTED 10
+static uint64_t race_ops = RACE_OPS_MAX;
+static int race_enough_takes;
 static volatile int racers_running;
 static int race_bad[RACERS];
 static const char *race_check[RACERS];
@@ -206,7 +213,8 @@ static void *racer(void *arg) {
   size_t id = (size_t)arg;
   struct slot { uint64_t *p; size_t words; uint64_t stamp; } live[SLOTS] = {{0}};
   uint64_t rng = 0x9e3779b97f4a7c15ull * (id + 1);
-  for (uint64_t op = 0; op < RACE_OPS; op++) {
+  for (uint64_t op = 0; op < race_ops || (op < RACE_OPS_MAX && !__atomic_load_n(&race_enough_takes, __ATOMIC_RELAXED));
+       op++) {
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
     struct slot *s = &live[rng % SLOTS];
     if (s->p) {
@@ -230,6 +238,16 @@ static void *racer(void *arg) {
 }
 
 static void test_race(void) {
+  const char *ops = getenv("QM_TEST_RACE_OPS");
+  if (ops != NULL) {
+    char *end;
+    unsigned long long v = strtoull(ops, &end, 10);
+    if (*ops < '0' || *ops > '9' || *end != '\0' || v < 1000 || v > RACE_OPS_MAX) {
+      fprintf(stderr, "unit-reclaim: QM_TEST_RACE_OPS must be an integer in [1000, %d], got '%s'\n", RACE_OPS_MAX, ops);
+      exit(2);
+    }
+    race_ops = v;
+  }
   tcache_totals_t before, after;
   tcache_totals(&before, NULL, NULL, 0);
   pthread_t ts[RACERS];
@@ -238,7 +256,10 @@ static void test_race(void) {
   uint64_t scans = 0;
   while (__atomic_load_n(&racers_running, __ATOMIC_ACQUIRE) > 0) {
     tcache_reclaim_idle(scans % 2 == 0); /* alternately everyone and the idle ones only */
-    scans++;
+    if (++scans % 64 == 0) {
+      tcache_totals(&after, NULL, NULL, 0);
+      if (after.reclaims - before.reclaims > RACE_TAKES_WANTED) __atomic_store_n(&race_enough_takes, 1, __ATOMIC_RELAXED);
+    }
   }
   for (size_t i = 0; i < RACERS; i++) pthread_join(ts[i], NULL);
   tcache_totals(&after, NULL, NULL, 0);
@@ -247,10 +268,11 @@ static void test_race(void) {
     CHECK_MSG(race_check[i] == NULL, "racer %zu: %s", i, race_check[i] ? race_check[i] : "");
   }
   /* The stress did take caches in the middle of the churn (else it proved nothing). */
-  CHECK_MSG(after.reclaims - before.reclaims > 10, "%llu takes in %llu scans",
+  CHECK_MSG(after.reclaims - before.reclaims > RACE_TAKES_WANTED, "%llu takes in %llu scans",
             (unsigned long long)(after.reclaims - before.reclaims), (unsigned long long)scans);
-  printf("race: %llu takes in %llu scans\n", (unsigned long long)(after.reclaims - before.reclaims),
-         (unsigned long long)scans);
+  printf("race: %llu takes in %llu scans, at least %llu operations per racer\n",
+         (unsigned long long)(after.reclaims - before.reclaims), (unsigned long long)scans,
+         (unsigned long long)race_ops);
 }
 
 int main(void) {
