@@ -68,7 +68,8 @@ _Static_assert(LIST_STOP - 1 >= 0x8000u && LIST_STOP + 2 * TCACHE_LIST_MAX_LENGT
 /* A list as the fast paths see it: on x86-64 an offset from the thread pointer, read and written
  * through %fs (GCC's __seg_fs named address space), so that no instruction turns the thread
  * pointer into an address (api.c, tcache_list_from). Elsewhere an ordinary pointer. */
-#if defined(__x86_64__) && defined(__SEG_FS)
+/* Not under ThreadSanitizer, which takes the %fs-relative offset for an address (checked-tsan). */
+#if defined(__x86_64__) && defined(__SEG_FS) && !defined(__SANITIZE_THREAD__)
 #define QM_FAST_LIST_IN_FS 1
 typedef tcache_list_t __seg_fs tcache_fast_list_t;
 #else
