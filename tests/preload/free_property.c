@@ -206,6 +206,11 @@ int main(int argc, char **argv) {
     return 2;
   }
   seed = strtoull(argv[1], NULL, 10);
+  /* stdout's buffer of our own: stdio would malloc one at the first printf, the injection's own
+   * line, and could get the very block about to be freed again (then a valid free of stdio's
+   * buffer, which no allocator can tell from the mistake). */
+  static char out_buffer[4096];
+  setvbuf(stdout, out_buffer, _IOFBF, sizeof out_buffer);
   for (int t = 0; t < THREADS; t++) pthread_mutex_init(&slot_lock[t], NULL);
   pthread_barrier_init(&park, NULL, THREADS);
   pthread_t threads[THREADS];
