@@ -51,11 +51,14 @@
  *   scenario (docs/design.md) shows what they give: 14% of the peak resident right after a 300 MB
  *   phase ends, 3% once the decay has passed.
  * - release_large 32 MiB (glibc's largest dynamic mmap threshold).
- * - prof_sample 2 MiB (TCMalloc's), on by default: a sample costs about 2,000 instructions since
- *   stacks are walked with cached per-return-address rules (prof_unwind.c; 13,000 through libgcc's
- *   unwinder before), so allocation-only loops pay under 1% at 2M in instructions under callgrind
- *   (t-test1 max-size 4096 +0.9%, malloc-test 512 B +0.6%; +6.1% and +4.2% before), and mtbench's
- *   quick preset timed side by side (docs/profiling.md). Accuracy goes the other way (a site's
+ * - prof_sample 0 (off) by default; 2M (TCMalloc's) where it is turned on. A sample costs about
+ *   2,000 instructions since stacks are walked with cached per-return-address rules (prof_unwind.c;
+ *   13,000 through libgcc's unwinder before), under 1% of allocation-only loops' instructions at 2M
+ *   (t-test1 max-size 4096 +0.9%, malloc-test 512 B +0.6% under callgrind); but timed side by side
+ *   in mtbench's quick preset, on against off cost 5-25% on the multi-threaded benchmarks
+ *   (malloc-test 1.41 against 1.14 of the best, server-mix 1.40 against 1.20, prodcons 1.21 against
+ *   1.02): every sample takes the page heap's lock for a page of its own, and the profiler's lock.
+ *   Off until a sample takes no global lock (docs/profiling.md). Accuracy goes the other way (a site's
  *   spread is 1/sqrt(live bytes / interval)), and a leak of L bytes is seen with probability
  *   1 - exp(-L / interval): at 8M a 4 MiB leak is missed 61% of the time, at 2M 14%. */
 #define OPTIONS_TABLE(X)                                                                           \
@@ -83,7 +86,7 @@
     "1: invalid, double and wrong-size frees stop the program; 2: also check every thread-cache list on slow paths (slower)") \
   X(VERBOSE, verbose, BOOL, 0, 0, 1, "print the effective options to stderr at start")             \
   X(STATS, stats, COUNT, 0, 0, 2, "print statistics to stderr at exit: 1 text, 2 JSON")          \
-  X(PROF_SAMPLE, prof_sample, BYTES, 2 * OPTIONS_MIB, 0, 1 * OPTIONS_TIB,                          \
+  X(PROF_SAMPLE, prof_sample, BYTES, 0, 0, 1 * OPTIONS_TIB,                          \
     "heap profiler: one sample per this many bytes allocated, on average (0: off)")               \
   X(PROF_DUMP, prof_dump, PATH, 0, 0, OPTIONS_PATH_MAX - 1,                                        \
     "heap profiler: write the leak, peak and allocated profiles to PATH.<pid>.<kind>.heap at exit") \
