@@ -152,7 +152,7 @@ QM_INLINE tcache_fast_t *tcache_fast(uintptr_t tls_offset) {
 #endif
 }
 
-/* The page map's small entry for addr (PAGEMAP_SMALL_ENTRY: span start | class; 0 for anything
+/* The page map's small entry for addr (PAGEMAP_SMALL_ENTRY: span start | class * 2; 0 for anything
  * but a page of a small span). A free usually lands in the same 1 GiB leaf as this thread's last
  * one (the heap grows as one contiguous range, docs/design.md), so the thread keeps that leaf:
  * a compare of the root index instead of the root's bounds check, load and NULL test (3
