@@ -43,17 +43,6 @@ QM_INLINE uintptr_t tcache_tls_offset(void) {
 #endif
 }
 
-/* This thread's list at `offset` (class * 16) in its cache (free: the GOT load folds into an add). */
-QM_INLINE tcache_fast_list_t *tcache_list_at(size_t offset) {
-#if QM_FAST_LIST_IN_FS
-  uintptr_t at = offset;
-  __asm__("addq tcache_self@gottpoff(%%rip), %0" : "+r"(at));
-  return (tcache_fast_list_t *)at;
-#else
-  return (tcache_fast_list_t *)((char *)tcache_self.lists + offset);
-#endif
-}
-
 /* This thread's list at `offset` (class * 16) in its cache, given the cache's tls_offset. */
 QM_INLINE tcache_fast_list_t *tcache_list_from(size_t offset, uintptr_t tls_offset) {
 #if QM_FAST_LIST_IN_FS
@@ -135,7 +124,9 @@ QM_INLINE void free_push_to(void *ptr, tcache_fast_list_t *list) {
   free_push_slow(ptr, list);
 }
 
-QM_INLINE void free_push(void *ptr, unsigned cls) { free_push_to(ptr, tcache_list_at((size_t)cls * sizeof(tcache_list_t))); }
+QM_INLINE void free_push(void *ptr, unsigned cls) {
+  free_push_to(ptr, tcache_list_from((size_t)cls * sizeof(tcache_list_t), tcache_tls_offset()));
+}
 
 /* The thread's cache as the fast paths see it (through %fs where the lists are, tcache_window.h). */
 #if QM_FAST_LIST_IN_FS
@@ -285,7 +276,20 @@ static QM_NOINLINE QM_COLD __attribute__((noreturn)) void free_fail(void *ptr, c
  * but not the one asked is accepted: harmless, since the block goes back to its real class. */
 static bool sized_free_names(unsigned cls, size_t size) {
   size_t block = sizeclass_size[cls];
-  return sizeclass_of(size) == cls || (size <= block && block <= 2 * size);
+  return size <= SMALL_MAX && (sizeclass_of(size) == cls || (size <= block && block <= 2 * size));
+}
+
+
+/* Whether a sized free's size (and alignment, above 16) names block b: for a small block as
+ * sized_free_names says, or the aligned class; for a large block, its pages as alloc_large rounds
+ * them (a huge block's mapping also to whole kernel pages), asked by a size no class holds, or any
+ * size for a sampled block (whole pages whatever its size). free_slow and free_sized_slow. */
+static bool block_named_by(block_t b, size_t size, size_t alignment) {
+  unsigned expected = size > SMALL_MAX ? 0 : alignment > 16 ? sizeclass_for_aligned(size, alignment) : sizeclass_of(size);
+  if (b.cls != 0) return expected == b.cls || (alignment <= 16 && sized_free_names(b.cls, size));
+  size_t pages = size ? (size + PAGE_MASK) >> PAGE_SHIFT : 1;
+  size_t slack = b.span->direct && os_page_size() > PAGE_SIZE ? os_page_size() / PAGE_SIZE : 1;
+  return (expected == 0 || b.span->sampled) && pages <= b.span->npages && b.span->npages - pages < slack;
 }
 
 /* A small block that carries its free tag is not live: freeing it again is a double free, any
@@ -360,10 +364,7 @@ static QM_NOINLINE QM_COLD __attribute__((noreturn)) void free_fail(void *ptr, c
 static QM_NOINLINE void free_slow(void *ptr, unsigned expected, size_t size) {
   if (ptr == NULL) return;
   block_t b = block_of(ptr, expected ? "free_sized()" : "free()", true);
-  /* A sampled block is whole pages whatever its size: any small size may name it. */
-  bool sampled = b.cls == 0 && b.span->sampled;
-  if (expected != 0 && b.cls != expected && !sampled && (b.cls == 0 || !sized_free_names(b.cls, size)))
-    check_fail_size("free_sized()", size, ptr);
+  if (expected != 0 && !block_named_by(b, size, 0)) check_fail_size("free_sized()", size, ptr);
   if (b.cls != 0) {
     free_push(ptr, b.cls);
   } else {
@@ -518,18 +519,12 @@ static QM_NOINLINE void free_hardened_slow(void *ptr, size_t size, bool sized, c
 
 /* As free_fast: the page map says ptr is at an object boundary of a small span (one multiply). */
 QM_INLINE void free_hardened(void *ptr, size_t size, bool sized, const char *call) {
-  uintptr_t addr = (uintptr_t)ptr;
-  pagemap_leaf_t *leaf = pagemap_leaf_of(addr);
-  if (QM_LIKELY(leaf != NULL)) {
-    uintptr_t entry = __atomic_load_n(&leaf->small[(addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], __ATOMIC_RELAXED);
-    unsigned cls = pagemap_entry_class(entry);
-    uintptr_t span_start = pagemap_entry_span_start(entry);
-    uint64_t offset = addr - span_start;
-    uint64_t magic = sizeclass_magic[cls];
-    if (QM_LIKELY(offset * magic < magic)) {
-      free_small_hardened(ptr, cls, span_start, size, sized, call);
-      return;
-    }
+  uintptr_t entry = pagemap_small_entry((uintptr_t)ptr, tcache_tls_offset());
+  uintptr_t span_start = pagemap_entry_span_start(entry);
+  uint64_t magic = sizeclass_magic_of_twice(entry & 0xff);
+  if (QM_LIKELY(((uintptr_t)ptr - span_start) * magic < magic)) {
+    free_small_hardened(ptr, pagemap_entry_class(entry), span_start, size, sized, call);
+    return;
   }
   free_hardened_slow(ptr, size, sized, call);
 }
@@ -656,12 +651,7 @@ static QM_NOINLINE void free_sized_slow(void *ptr, size_t size, size_t alignment
   }
   if (ptr == NULL) return;
   block_t b = block_of(ptr, "free_sized()", true);
-  unsigned expected = size > SMALL_MAX ? 0 : alignment > 16 ? sizeclass_for_aligned(size, alignment) : sizeclass_of(size);
-  /* as alloc_large rounds; a huge block's mapping is also rounded to whole kernel pages */
-  size_t pages = size ? (size + PAGE_MASK) >> PAGE_SHIFT : 1;
-  size_t slack = b.span != NULL && b.span->direct && os_page_size() > PAGE_SIZE ? os_page_size() / PAGE_SIZE : 1;
-  bool named = b.cls != 0 ? expected == b.cls || (alignment <= 16 && sized_free_names(b.cls, size)) : (expected == 0 || b.span->sampled) && pages <= b.span->npages && b.span->npages - pages < slack;
-  if (!named) check_fail_size("free_sized()", size, ptr);
+  if (!block_named_by(b, size, alignment)) check_fail_size("free_sized()", size, ptr);
   if (b.cls != 0) free_push(ptr, b.cls);
   else free_large(b.span, ptr);
 }
