@@ -237,11 +237,14 @@ static QM_NOINLINE void *malloc_slow(size_t size) {
 /* The countdown ran out: prof.c decides whether this allocation is sampled. A sampled block is
  * served as whole pages of its own (a large span, flagged), whatever its size, so that its free
  * reaches free_slow (the page map's small entry is 0 there) and nothing on the fast paths has to
- * look for samples. One page per sample, one sample per prof_sample bytes: 0.4% at 2 MiB. */
+ * look for samples. One page per sample, one sample per prof_sample bytes: 0.4% at 2 MiB. A
+ * sample of up to one page reuses a page this thread kept from a sampled block it freed
+ * (prof_pages.c): no page-heap lock, no page-map write. */
 static QM_NOINLINE void *malloc_sample_slow(size_t size) {
   if (QM_UNLIKELY(!init_done)) init_process();
   if (!prof_should_sample(size)) return malloc_cached(size, tcache_tls_offset());
-  void *p = alloc_large(size ? size : 1, PAGE_SIZE, NULL);
+  span_t *kept = size <= PAGE_SIZE ? prof_pages_take() : NULL;
+  void *p = kept != NULL ? (void *)kept->start : alloc_large(size ? size : 1, PAGE_SIZE, NULL);
   if (p != NULL) {
     pagemap_span((uintptr_t)p)->sampled = 1;
     prof_record(p, size);
@@ -255,6 +258,7 @@ static void free_large(span_t *span, void *ptr) {
   if (span->sampled) {
     span->sampled = 0;
     prof_forget(ptr);
+    if (prof_pages_keep(span)) return; /* for this thread's next sample */
   }
   pageheap_free(span);
 }
@@ -312,7 +316,8 @@ static block_t block_of(void *ptr, const char *call, bool freeing) {
     } else {
       span_t *span = __atomic_load_n(&leaf->spans[i], __ATOMIC_RELAXED);
       if (span != NULL && span->start == addr) {
-        if (span->state == SPAN_LARGE) return (block_t){0, span};
+        if (span->state == SPAN_LARGE && span->sampled != PROF_PAGE_STASHED) return (block_t){0, span};
+        if (span->state == SPAN_LARGE && freeing) check_fail_double_free(call, ptr); /* a sampled block's page, kept */
         if (span->state == SPAN_FREE_BACKED || span->state == SPAN_FREE_RELEASED)
           check_fail_double_free(call, ptr);
       }
@@ -684,6 +689,7 @@ QM_EXPORT int qm_trim(size_t pad) {
   if (!init_done) return 0;
   if (qm_hardened) quarantine_flush_hardened();
   tcache_flush_self();
+  prof_pages_release(false); /* this thread's kept sampled pages (other threads' stay: 32 KiB each at most) */
   tcache_reclaim_idle(true); /* every other cache not in use right now */
   central_drain_transfer();
   return pageheap_release_all() > 0;

@@ -132,7 +132,10 @@ static void prof_note_peak(void) {
 
 /* ---- numbers: no libm (the library's only new dependency is libgcc_s's unwinder) ----------- */
 
-/* ln(u) for u in (0, 1]: u = m * 2^e with m in [1, 2), ln m = 2 atanh((m - 1) / (m + 1)). */
+/* ln(u) for u in (0, 1]: u = m * 2^e with m in [1, 2), ln m = 2 atanh(t), t = (m - 1) / (m + 1) in
+ * [0, 1/3): the atanh series to t^15 (relative error below 1e-9), in Horner form with the
+ * reciprocals as constants. One division per draw: the series with a division per term was 280
+ * instructions of a sample's 2250 (callgrind, every 8 KiB malloc sampled). */
 static double prof_ln(double u) {
   uint64_t bits;
   memcpy(&bits, &u, sizeof bits);
@@ -140,29 +143,40 @@ static double prof_ln(double u) {
   bits = (bits & ~(0x7ffull << 52)) | (1023ull << 52);
   double m;
   memcpy(&m, &bits, sizeof m);
-  double t = (m - 1) / (m + 1), t2 = t * t, term = t, sum = 0;
-  for (int k = 1; k < 40; k += 2) {
-    sum += term / k;
-    term *= t2;
-  }
-  return e * 0.69314718055994530942 + 2 * sum;
+  double t = (m - 1) / (m + 1), t2 = t * t;
+  double series = 1.0 / 13 + t2 * (1.0 / 15);
+  series = 1.0 / 11 + t2 * series;
+  series = 1.0 / 9 + t2 * series;
+  series = 1.0 / 7 + t2 * series;
+  series = 1.0 / 5 + t2 * series;
+  series = 1.0 / 3 + t2 * series;
+  series = 1.0 + t2 * series;
+  return e * 0.69314718055994530942 + 2 * t * series;
 }
 
-/* exp(-x) for x >= 0: halve until small, Taylor series, square back. */
-static double prof_exp_neg(double x) {
-  if (x > 700) return 0;
+/* 1 - exp(-x) for x >= 0 (the chance that a block of x sampling intervals is sampled): halve x
+ * until it is below 1/8, where the Taylor series of exp(-x) - 1 to x^9 is exact to 1e-16 relative;
+ * then square back with (1 - a)^2 = 1 - (2a - a^2), which keeps the precision of a small result
+ * (x = 16 / 2 MiB: 1 - exp(-x) computed as 1 - e would lose five digits). */
+static double prof_one_minus_exp_neg(double x) {
+  if (x > 700) return 1;
   int halvings = 0;
   while (x > 0.125) {
-    x /= 2;
+    x *= 0.5;
     halvings++;
   }
-  double term = 1, sum = 1;
-  for (int k = 1; k < 14; k++) {
-    term *= -x / k;
-    sum += term;
-  }
-  while (halvings-- > 0) sum *= sum;
-  return sum;
+  /* a = 1 - exp(-x) = x - x^2/2! + x^3/3! - ... */
+  double series = 1.0 / 362880;
+  series = 1.0 / 40320 - x * series;
+  series = 1.0 / 5040 - x * series;
+  series = 1.0 / 720 - x * series;
+  series = 1.0 / 120 - x * series;
+  series = 1.0 / 24 - x * series;
+  series = 1.0 / 6 - x * series;
+  series = 0.5 - x * series;
+  double a = x * (1 - x * series);
+  while (halvings-- > 0) a = 2 * a - a * a;
+  return a;
 }
 
 static uint64_t prof_next_random(uint64_t *state) {
@@ -183,7 +197,7 @@ uint64_t prof_draw_interval(uint64_t *state, uint64_t rate) {
 
 uint64_t prof_estimate_bytes(size_t size, uint64_t rate) {
   if (size == 0) size = 1;
-  double p = 1 - prof_exp_neg((double)size / (double)rate); /* the chance a block this size is sampled */
+  double p = prof_one_minus_exp_neg((double)size / (double)rate); /* the chance a block this size is sampled */
   return (uint64_t)((double)size / p + 0.5);
 }
 

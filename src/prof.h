@@ -1,5 +1,6 @@
-/* The sampled heap profiler's contract between its two files (prof.c: sampling, stack capture,
- * the tables; prof_dump.c: the profile formats) and its callers (api.c, init.c, stats.c).
+/* The sampled heap profiler's contract between its files (prof.c: sampling, stack capture,
+ * the tables; prof_dump.c: the profile formats; prof_unwind.c: the stack walk; prof_pages.c: the
+ * sampled blocks' pages kept per thread) and its callers (api.c, init.c, stats.c).
  * Everything here runs off the fast paths; the fast path's only part is the countdown in
  * tcache_t (types.h), which api.c decrements and prof_should_sample refills. */
 #ifndef QM_PROF_H
@@ -83,6 +84,18 @@ unsigned prof_stack_capture_libgcc(uintptr_t *frames, unsigned skip);
 uint64_t prof_unwind_rules_read(void);
 /* A fork child: the rule table's writer lock may have been held by a thread that is gone. */
 void prof_unwind_fork_child(void);
+
+/* ---- prof_pages.c: the one-page spans of freed sampled blocks, kept per thread, no lock ---- */
+#define PROF_PAGE_STASHED 2 /* span_t.sampled of a span kept there (a free of it is a double free) */
+struct span_s;
+/* A kept span for the calling thread's next sample of up to one page, or NULL. */
+struct span_s *prof_pages_take(void);
+/* Keeps the span of a sampled block being freed (one page, its sample forgotten) for this thread's
+ * next sample; false when it is not kept (the caller frees it to the page heap). */
+bool prof_pages_keep(struct span_s *span);
+/* Hands every kept span back to the page heap (malloc_trim); `closing`: the thread is exiting,
+ * and keeps nothing after this. */
+void prof_pages_release(bool closing);
 
 /* ---- prof_dump.c: requires prof_lock held (or a fork child / signal holding it by try-lock) ---- */
 /* The legacy gperftools heap profile ("heap_v2/<rate>", read by google-pprof and jeprof): the

@@ -13,6 +13,7 @@
 #include "internal.h"
 #include "log.h"
 #include "os.h"
+#include "prof.h"
 #include "tcache_window.h"
 
 __thread tcache_t tcache_self __attribute__((tls_model("initial-exec"))) = {.leaf_key = UINTPTR_MAX};
@@ -200,6 +201,7 @@ void tcache_flush_self(void) {
 
 static void tcache_thread_exit(void *unused) {
   if (qm_hardened) harden_thread_exit(); /* its quarantine first: those blocks are not in the lists */
+  prof_pages_release(true); /* the sampled blocks' pages it kept */
   tcache_t *tc = tcache_open();
   if (tc->state != TCACHE_LIVE) {
     tcache_close(tc);

@@ -6,6 +6,7 @@
  * not deadlocked, and written when it leaves; sampled blocks work with realloc, malloc_usable_size and sized
  * frees; the peak is kept; a thread that exits with live samples leaves them valid; a fork child
  * starts with an empty profile and can free what it inherited. */
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -68,6 +69,14 @@ static void test_estimates(void) {
   /* size = rate: p = 1 - 1/e. */
   uint64_t equal = prof_estimate_bytes(1 << 20, 1 << 20);
   CHECK_MSG(equal > 1658000 && equal < 1659000, "1 MiB at 1 MiB estimates %llu (expected 1658880)", (unsigned long long)equal);
+  /* Against libm's expm1, from one byte to 50 intervals: prof.c's series agree to 1e-9. */
+  const uint64_t rate = 2 << 20;
+  const size_t sizes[] = {1, 16, 1000, 8192, 100000, 1 << 20, 2 << 20, 3 << 20, 7 << 20, 100 << 20};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    double exact = (double)sizes[i] / -expm1(-(double)sizes[i] / (double)rate);
+    double got = (double)prof_estimate_bytes(sizes[i], rate);
+    CHECK_MSG(fabs(got - exact) <= 1 + exact * 1e-9, "%zu B at 2 MiB estimates %.0f, libm says %.3f", sizes[i], got, exact);
+  }
 }
 
 /* ---- the recorded stack ---------------------------------------------------------------------- */
@@ -333,6 +342,91 @@ static void test_sampled_block_api(void) {
   CHECK(qm_prof_dump("/tmp/x", 7) == -1);
 }
 
+/* ---- the kept pages of sampled blocks (prof_pages.c) ---------------------------------------- */
+
+static size_t large_bytes(void) {
+  pageheap_stats_t st;
+  pageheap_stats(&st);
+  return st.large_bytes;
+}
+
+/* Frees ptr in a child with fd 2 on a pipe: what it printed, and how it died. */
+static void free_in_child(void *ptr, char *out, size_t cap, int *status) {
+  int fds[2];
+  out[0] = '\0';
+  if (pipe(fds) != 0) return;
+  pid_t child = fork();
+  if (child == 0) {
+    close(fds[0]);
+    dup2(fds[1], 2);
+    signal(SIGABRT, SIG_DFL);
+    free(ptr);
+    _exit(0);
+  }
+  close(fds[1]);
+  size_t n = 0;
+  for (ssize_t got; n < cap - 1 && (got = read(fds[0], out + n, cap - 1 - n)) > 0;) n += (size_t)got;
+  out[n] = '\0';
+  close(fds[0]);
+  waitpid(child, status, 0);
+  /* qemu-user (tests/cross) reports the abort on the same stderr, after our line: not ours. */
+  char *emulator_line = strstr(out, "\nqemu: uncaught target signal ");
+  if (emulator_line != NULL) emulator_line[1] = '\0';
+}
+
+static void *keep_three(void *unused) {
+  (void)unused;
+  set_rate("0");
+  free(malloc(16)); /* its thread cache, whose exit hands the kept pages back */
+  set_rate("1");
+  void *b[3];
+  for (int i = 0; i < 3; i++) b[i] = prof_test_site(64);
+  set_rate("0");
+  for (int i = 0; i < 3; i++) free(b[i]);
+  return (void *)(uintptr_t)large_bytes();
+}
+
+static void test_kept_pages(void) {
+  qm_trim(0); /* this thread keeps no page from the tests before */
+  size_t before = large_bytes();
+  set_rate("1");
+  char *p = prof_test_site(100);
+  set_rate("0");
+  span_t *span = pagemap_span((uintptr_t)p);
+  CHECK(span->sampled == 1 && span->npages == 1);
+  free(p);
+  /* Kept for this thread's next sample: still a large span of the page heap's, flagged. */
+  CHECK(span->state == SPAN_LARGE && span->sampled == PROF_PAGE_STASHED);
+  CHECK_EQ(large_bytes(), before + PAGE_SIZE);
+  set_rate("1");
+  char *q = prof_test_site(PAGE_SIZE);
+  set_rate("0");
+  CHECK_MSG(q == p, "the next sample of a page took %p, not the kept page %p", (void *)q, (void *)p);
+  CHECK(span->sampled == 1);
+  memset(q, 'q', PAGE_SIZE);
+  free(q);
+  /* Its second free, now that the page is kept, stops the program. */
+  char out[256];
+  int status = 0;
+  free_in_child(q, out, sizeof out, &status);
+  char want[64];
+  snprintf(want, sizeof want, "qmalloc: free(): double free %p\n", (void *)q);
+  CHECK_MSG(strcmp(out, want) == 0, "a free of a kept page printed \"%s\"", out);
+  CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+  /* (The child died; here the page is still kept.) */
+  CHECK(span->sampled == PROF_PAGE_STASHED);
+  /* malloc_trim hands the calling thread's kept pages back. */
+  qm_trim(0);
+  CHECK_EQ(large_bytes(), before);
+  /* A thread's kept pages go back when it exits (it kept three). */
+  pthread_t t;
+  void *kept_by_thread = NULL;
+  CHECK(pthread_create(&t, NULL, keep_three, NULL) == 0);
+  pthread_join(t, &kept_by_thread);
+  CHECK_EQ((size_t)(uintptr_t)kept_by_thread, before + 3 * PAGE_SIZE);
+  CHECK_EQ(large_bytes(), before);
+}
+
 /* ---- the peak ---------------------------------------------------------------------------------- */
 
 __attribute__((noinline)) void *prof_test_peak_site(size_t n) {
@@ -448,6 +542,7 @@ int main(void) {
   test_signal_inside_profiler();
   test_peak(); /* before any large sample: the peak must be the one it makes */
   test_sampled_block_api();
+  test_kept_pages();
   test_thread_exit();
   test_fork();
   return tu_summary("unit-prof");
