@@ -36,12 +36,18 @@
  *         max bound its length).
  *   help  one line, shown in docs/options.md word for word. */
 /* Why the defaults:
- * - tcache_max 4 MiB, measured (mtbench t-test1, 2 threads, sizes up to 32 KiB, 200k ops each,
- *   median of 3 interleaved runs): 256K 3.7M ops/s, 28.1 MB peak RSS; 1M 7.9M, 29.1 MB;
- *   4M 10.0M, 31.9 MB; 16M 12.8M, 35.5 MB. 4 MiB gets 80% of the 16 MiB speed for half the extra
- *   RSS. The budget bounds capacity, so a thread never holds more than this.
- * - tcache_total 32 MiB: eight threads at the maximum; beyond that threads take budget from each
- *   other. Not measured separately.
+ * - tcache_max 16 MiB, measured twice. First on t-test1 alone (2 threads, sizes up to 32 KiB, 200k
+ *   ops each, median of 3 interleaved runs): 256K 3.7M ops/s, 28.1 MB peak RSS; 1M 7.9M, 29.1 MB;
+ *   4M 10.0M, 31.9 MB; 16M 12.8M, 35.5 MB, and 4M was taken. Then on mtbench's quick preset, 4M,
+ *   8M, 16M and 32M side by side in one run (3 repetitions, scores against the best): 16M took
+ *   server-mix from 1.52 to 1.00, realloc-mix 1.52 to 1.09, mixed-stress 1.57 to 1.01, churn 1.48
+ *   to 1.07, t-test1 1.18 to 1.07, with peak RSS equal or lower except realloc-mix (+9%); in the
+ *   memory preset the same end RSS, idle threads 3.0 against 3.4 MB once idle. The budget bounds
+ *   capacity (each list's maximum length times its class size), not contents: a list of 64 KiB
+ *   blocks allowed 8 reserves 512 KiB while empty, so 4M left workloads of mixed sizes up to 64 KiB
+ *   refilling from the central lists on one operation in ten. A thread never holds more than this.
+ * - tcache_total 32 MiB: two threads at the maximum (eight at the 4 MiB of old); beyond that
+ *   threads take budget from each other. Not measured separately.
  * - tcache_idle_ms 1 s: a cache taken back from a thread that was not idle after all costs that
  *   thread one refill per list it uses again (microseconds), against at least a second of not
  *   operating; the scan runs at most once per interval. With it, mtbench idle-threads (8 threads
@@ -62,7 +68,7 @@
  *   spread is 1/sqrt(live bytes / interval)), and a leak of L bytes is seen with probability
  *   1 - exp(-L / interval): at 8M a 4 MiB leak is missed 61% of the time, at 2M 14%. */
 #define OPTIONS_TABLE(X)                                                                           \
-  X(TCACHE_MAX, tcache_max, BYTES, 4 * OPTIONS_MIB, 64 * OPTIONS_KIB, 1 * OPTIONS_GIB,             \
+  X(TCACHE_MAX, tcache_max, BYTES, 16 * OPTIONS_MIB, 64 * OPTIONS_KIB, 1 * OPTIONS_GIB,            \
     "largest cache a single thread may hold")                                                      \
   X(TCACHE_TOTAL, tcache_total, BYTES, 32 * OPTIONS_MIB, 256 * OPTIONS_KIB, 16 * OPTIONS_GIB,      \
     "total thread-cache budget shared by all threads")                                             \

@@ -151,7 +151,7 @@ static void test_table(void) {
     CHECK(options_is_known_variable(var, strlen(var)));
   }
   /* The names the core relies on, with the defaults the core chose. */
-  CHECK_EQ(options_table[OPTION_TCACHE_MAX].def, 4LL << 20);
+  CHECK_EQ(options_table[OPTION_TCACHE_MAX].def, 16LL << 20);
   CHECK_EQ(options_table[OPTION_TCACHE_TOTAL].def, 32LL << 20);
   CHECK_EQ(options_table[OPTION_TRANSFER_BATCH].def, 32);
   CHECK_EQ(options_table[OPTION_DECAY_MS].def, 10000);
@@ -342,7 +342,7 @@ static void test_warning_text(void) {
   setenv("QMALLOC_VERBOSE", "maybe", 1);
   setenv("QMALLOC_TRANSFER_BATCH", "0", 1);
   out = reinit();
-  CHECK(strstr(out, "qmalloc: warning: QMALLOC_TCACHE_MAX=1K is not valid (expected bytes 64K..1G); using 4M\n"));
+  CHECK(strstr(out, "qmalloc: warning: QMALLOC_TCACHE_MAX=1K is not valid (expected bytes 64K..1G); using 16M\n"));
   CHECK(strstr(out, "qmalloc: warning: QMALLOC_VERBOSE=maybe is not valid "
                     "(expected 0/1, true/false, yes/no, on/off); using false\n"));
   CHECK(strstr(out, "qmalloc: warning: QMALLOC_TRANSFER_BATCH=0 is not valid "
@@ -499,7 +499,7 @@ static void test_verbose_dump(void) {
     CHECK_MSG(strstr(out, prefix) != NULL, "no line for %s in:\n%s", options_name((option_id_t)id), out);
   }
   CHECK(strstr(out, "= true     (default false; set by QMALLOC_VERBOSE)\n") != NULL);
-  CHECK(strstr(out, "= 1M       (default 4M; set by QMALLOC_TCACHE_MAX)\n") != NULL);
+  CHECK(strstr(out, "= 1M       (default 16M; set by QMALLOC_TCACHE_MAX)\n") != NULL);
   CHECK(strstr(out, "qmalloc: option decay_ms       = 10000    (default)\n") != NULL);
 }
 
