@@ -121,6 +121,7 @@ typedef struct tcache_s {
   /* statistics, written only by the owner */
   uint64_t refills, flushes, gc_runs;
   uint64_t reclaims;          /* times taken back while idle; written under the registry lock */
+  uint64_t next_gc_ms;        /* the owner's slow paths collect garbage from then on (tcache_gc_if_due) */
 } tcache_t;
 
 /* ---- central free lists (central.c) ------------------------------------------------------- */
