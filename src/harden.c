@@ -43,11 +43,12 @@ size_t harden_request_size(void *obj, unsigned cls, const char *call) {
   return harden_live_size(obj, sizeclass_size[cls], call);
 }
 
-/* From n_old to n bytes: the bytes the program gives back become pattern (a free refills only
- * [16, n), harden_retire), the new canary is written whole (past the fill end it may hold anything). */
+/* From n_old to n bytes: the new canary is written, exactly [n, its end) (harden_write_tail's
+ * vector may start below n, over what are here the program's bytes), and the new record. Nothing
+ * else need hold the pattern while the block is live. */
 void harden_resize(void *obj, unsigned cls, size_t n_old, size_t n) {
-  size_t slot = sizeclass_size[cls], record = slot - 8, end = harden_canary_end(n, record);
-  if (n_old > end) end = n_old;
+  (void)n_old;
+  size_t slot = sizeclass_size[cls], record = slot - 8, end = n + HARDEN_CANARY_LEN < record ? n + HARDEN_CANARY_LEN : record;
   memset((char *)obj + n, HARDEN_PATTERN, end - n);
   __atomic_store_n(harden_last_word(obj, slot), harden_record(obj, n), __ATOMIC_RELAXED);
 }
@@ -109,7 +110,7 @@ __attribute__((destructor)) static void harden_check_at_exit(void) {
 void harden_carve(span_t *span, unsigned cls) {
   uint32_t size = sizeclass_size[cls];
   uint32_t n = (uint32_t)(sizeclass_pages[cls] * PAGE_SIZE / size);
-  if (size <= 16 + HARDEN_FILL_MAX + sizeof(uintptr_t)) memset((void *)span->start, HARDEN_PATTERN, (size_t)n * size);
+  if (size <= HARDEN_FILL_END) memset((void *)span->start, HARDEN_PATTERN, (size_t)n * size); /* every byte is fill */
   else
     for (uint32_t i = 0; i < n; i++) harden_fill((void *)(span->start + (uintptr_t)i * size), size);
   uint16_t order[1024]; /* the most objects a span holds (sizeclass_table.h) */

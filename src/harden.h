@@ -43,24 +43,28 @@
 QM_INLINE uint64_t harden_record(const void *obj, size_t n) { return freelist_key(obj) ^ ~(uintptr_t)n ^ HARDEN_RECORD_TOP; }
 /* The request size a record w of obj names (huge if w is not a record). */
 QM_INLINE size_t harden_record_size(const void *obj, uint64_t w) { return ~(w ^ freelist_key(obj) ^ HARDEN_RECORD_TOP); }
-/* A free block holds the pattern from byte 16 to byte 16 + HARDEN_FILL_MAX (or its end), and in its
- * last word: the writes after free that matter most hit the first fields of a structure, and
+/* A free block holds the pattern in bytes [16, HARDEN_FILL_END) (its first 64 bytes past the free
+ * tag's two words) and in its last word. The writes after free that matter most hit the first
+ * fields of a structure (and a freed pointer field there reads back as a non-canonical address);
  * filling and checking whole blocks made the hardened build 4 to 50 times slower than the default
- * one on mtbench's quick preset (docs/hardening.md). */
-#define HARDEN_FILL_MAX 256
-_Static_assert(HARDEN_FILL_MAX % 32 == 0, "the fill's check goes two vectors at a time");
-/* The canary runs from the request's end for at most HARDEN_CANARY_MAX bytes (to the record if
- * nearer): an overflow that starts at the end of the block runs through it whatever its length. */
-#define HARDEN_CANARY_MAX 64
+ * one, and 256 bytes about 2 times on mtbench's quick preset: three 16-byte vectors, stored at free
+ * and checked at the hand-out, are what is left (docs/hardening.md, Cost). */
+#define HARDEN_FILL_END 64
+/* The canary runs from the request's end for HARDEN_CANARY_LEN bytes (to the record if nearer: at
+ * least 1 byte): an overflow that starts at the end of the block runs through it whatever its
+ * length, and one 16-byte vector stores it at the hand-out and checks it at free. */
+#define HARDEN_CANARY_LEN 16
 
 /* The quarantine: freed small blocks wait in their thread's ring and leave it in random order.
- * 256 blocks: a block is reused only after about 256 further frees of its thread (its chance to
- * leave at each is 1/256), long enough for the common use after free (the freeing function's caller
- * still holds the pointer) to meet the pattern check instead of a new owner, and the next owner of
- * a freed block cannot be predicted by spraying allocations of its size. 1 MiB: the most one
- * thread keeps out of use that way (four of the largest small blocks). 2.3 KiB of TLS a thread. */
-#define HARDEN_QUARANTINE_SLOTS (QM_HARDENED_BUILD ? 256 : 1) /* the default build's threads carry no ring */
-#define HARDEN_QUARANTINE_BYTES ((size_t)1 << 20)
+ * HARDEN_QUARANTINE_SLOTS blocks: a block is reused only after about that many further frees of its
+ * thread (its chance to leave at each is 1 in the ring's length), long enough for the common use
+ * after free (the freeing function's caller still holds the pointer) to meet the pattern check
+ * instead of a new owner, and the next owner of a freed block cannot be predicted by spraying
+ * allocations of its size. HARDEN_QUARANTINE_BYTES: the most one thread keeps out of use that way.
+ * Both bound what the ring's blocks cost in cache: a block that leaves it is the next malloc's,
+ * and its lines are read then (docs/hardening.md, Cost, measures the sizes). */
+#define HARDEN_QUARANTINE_SLOTS (QM_HARDENED_BUILD ? 64 : 1) /* the default build's threads carry no ring */
+#define HARDEN_QUARANTINE_BYTES ((size_t)256 << 10)
 
 typedef struct harden_thread_s {
   void *blocks[HARDEN_QUARANTINE_SLOTS];
@@ -90,125 +94,60 @@ typedef uint64_t harden_word_t __attribute__((aligned(1), may_alias)); /* an una
 typedef uint64_t harden_uvec_t __attribute__((vector_size(16), aligned(1), may_alias)); /* unaligned */
 QM_INLINE harden_vec_t harden_load_vec(const void *at) { return *(const harden_uvec_t *)at; }
 
-/* The end of the filled part of a free block of `slot` bytes: a multiple of 16 (the vectors), the
- * whole slot up to 16 + HARDEN_FILL_MAX. Past it only the last word is filled. */
-QM_INLINE size_t harden_fill_end(size_t slot) { return slot < 16 + HARDEN_FILL_MAX ? slot : 16 + HARDEN_FILL_MAX; }
-
 QM_INLINE uint64_t *harden_last_word(void *obj, size_t slot) { return (uint64_t *)(void *)((char *)obj + slot - 8); }
 
-/* Fills [16, end) of obj (end a multiple of 16, at most 16 + HARDEN_FILL_MAX) with the pattern. */
-QM_INLINE void harden_fill_to(void *obj, size_t end) {
-  harden_vec_t *v = (harden_vec_t *)(void *)((char *)obj + 16);
-  if (end == 16 + HARDEN_FILL_MAX) { /* slots of 272 bytes and more: no jump */
-#pragma GCC unroll 16
-    for (size_t i = 0; i < HARDEN_FILL_MAX / 16; i++) v[i] = HARDEN_PATTERN_VEC;
-    return;
-  }
-  switch ((end - 16) / 16) { /* one jump into straight-line stores, not a loop */
-    case 16: v[15] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 15: v[14] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 14: v[13] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 13: v[12] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 12: v[11] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 11: v[10] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 10: v[9] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 9: v[8] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 8: v[7] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 7: v[6] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 6: v[5] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 5: v[4] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 4: v[3] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 3: v[2] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 2: v[1] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 1: v[0] = HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    default: break;
-  }
-}
+/* The three vectors of the fill of a slot of `slot` bytes (more than 16) start at 16, 32 and 48,
+ * each moved back to end at the slot's end at most: they overlap in 32- and 48-byte slots, and the
+ * code has no branch on the size. */
+QM_INLINE size_t harden_fill_at(size_t slot, size_t at) { return at < slot - 16 ? at : slot - 16; }
 
-/* A freed block's fill: [16, fill end) and its last word. (Slots of 16 bytes are all tag.) */
+/* A freed block's fill: [16, HARDEN_FILL_END) (to its end if smaller) and its last word. (Slots of
+ * 16 bytes are all tag.) */
 QM_INLINE void harden_fill(void *obj, size_t slot) {
   if (slot <= 16) return;
-  harden_fill_to(obj, harden_fill_end(slot));
+  char *p = (char *)obj;
+  *(harden_uvec_t *)(void *)(p + 16) = HARDEN_PATTERN_VEC;
+  *(harden_uvec_t *)(void *)(p + harden_fill_at(slot, 32)) = HARDEN_PATTERN_VEC;
+  *(harden_uvec_t *)(void *)(p + harden_fill_at(slot, 48)) = HARDEN_PATTERN_VEC;
   *harden_last_word(obj, slot) = HARDEN_PATTERN_WORD;
 }
+_Static_assert(HARDEN_FILL_END == 64, "harden_fill and harden_holds_fill store and check three vectors from byte 16");
 
-/* Whether obj's fill is intact: [16, fill end) and its last word all pattern. The vectors are
- * OR-ed together without an early exit, in two chains. */
+/* Whether obj's fill is intact: [16, HARDEN_FILL_END) and its last word all pattern, without an
+ * early exit. */
 QM_INLINE bool harden_holds_fill(const void *obj, size_t slot) {
   if (slot <= 16) return true;
-  const harden_vec_t *v = (const harden_vec_t *)(const void *)((const char *)obj + 16);
-  harden_vec_t a = {0, 0}, b = {0, 0};
-  size_t k = (harden_fill_end(slot) - 16) / 16;
-  if (k == HARDEN_FILL_MAX / 16) { /* slots of 272 bytes and more: no jump */
-#pragma GCC unroll 8
-    for (size_t i = 0; i < HARDEN_FILL_MAX / 16; i += 2) {
-      a |= v[i] ^ HARDEN_PATTERN_VEC;
-      b |= v[i + 1] ^ HARDEN_PATTERN_VEC;
-    }
-    k = 0;
-  }
-  switch (k) { /* one jump into straight-line code, not a loop */
-    case 16: b |= v[15] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 15: a |= v[14] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 14: b |= v[13] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 13: a |= v[12] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 12: b |= v[11] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 11: a |= v[10] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 10: b |= v[9] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 9: a |= v[8] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 8: b |= v[7] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 7: a |= v[6] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 6: b |= v[5] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 5: a |= v[4] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 4: b |= v[3] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 3: a |= v[2] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 2: b |= v[1] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    case 1: a |= v[0] ^ HARDEN_PATTERN_VEC; __attribute__((fallthrough));
-    default: break;
-  }
-  a |= b;
-  uint64_t last = *(const uint64_t *)(const void *)((const char *)obj + slot - 8);
+  const char *p = (const char *)obj;
+  harden_vec_t a = harden_load_vec(p + 16) ^ HARDEN_PATTERN_VEC;
+  a |= harden_load_vec(p + harden_fill_at(slot, 32)) ^ HARDEN_PATTERN_VEC;
+  a |= harden_load_vec(p + harden_fill_at(slot, 48)) ^ HARDEN_PATTERN_VEC;
+  uint64_t last = *(const uint64_t *)(const void *)(p + slot - 8);
   return ((a[0] | a[1]) | (last ^ HARDEN_PATTERN_WORD)) == 0;
 }
 
-QM_INLINE size_t harden_canary_end(size_t n, size_t record) {
-  return record - n > HARDEN_CANARY_MAX ? n + HARDEN_CANARY_MAX : record;
-}
+/* Where the canary's vector starts for a request of n bytes in a slot of more than 16 bytes: at n,
+ * or, where fewer than 16 bytes are left before the record, 16 bytes before the record (its first
+ * n - at bytes are the program's and are not checked). */
+QM_INLINE size_t harden_canary_at(size_t n, size_t slot) { return n < slot - 24 ? n : slot - 24; }
 
-/* Whether the canary [n, end) (1 to 64 bytes, end >= 8) holds the pattern, straight-line: from 16
- * bytes on, four unaligned vectors from n to end (overlapping where it is shorter than 64); below,
- * two words, the last one ending at `end` (below n, the program's bytes are masked off). */
-QM_INLINE bool harden_canary_intact(const void *obj, size_t n, size_t end) {
+/* Whether the canary of a request of n bytes holds the pattern: [n, n + 16) or [n, the record). */
+QM_INLINE bool harden_canary_intact(const void *obj, size_t n, size_t slot) {
   const char *p = (const char *)obj;
-  size_t len = end - n;
-  if (len >= 16) {
-    size_t last = end - 16, at1 = n + 16 < last ? n + 16 : last, at2 = n + 32 < last ? n + 32 : last;
-    harden_vec_t a = harden_load_vec(p + n) ^ HARDEN_PATTERN_VEC, b = harden_load_vec(p + at1) ^ HARDEN_PATTERN_VEC;
-    a |= harden_load_vec(p + at2) ^ HARDEN_PATTERN_VEC;
-    b |= harden_load_vec(p + last) ^ HARDEN_PATTERN_VEC;
-    a |= b;
-    return (a[0] | a[1]) == 0;
+  if (slot <= 16) { /* [n, 8): word 0 above the program's n bytes (n < 8, little-endian) */
+    return ((*(const uint64_t *)(const void *)p ^ HARDEN_PATTERN_WORD) & (~(uint64_t)0 << (8 * n))) == 0;
   }
-  uint64_t first = len > 8 ? *(const harden_word_t *)(const void *)(p + n) ^ HARDEN_PATTERN_WORD : 0;
-  uint64_t mask = len >= 8 ? ~(uint64_t)0 : ~(uint64_t)0 << (8 * (8 - len)); /* little-endian: n's byte and up */
-  return (first | ((*(const harden_word_t *)(const void *)(p + end - 8) ^ HARDEN_PATTERN_WORD) & mask)) == 0;
+  size_t at = harden_canary_at(n, slot), skip = n - at; /* 0 to 15 of the program's bytes */
+  harden_vec_t x = harden_load_vec(p + at) ^ HARDEN_PATTERN_VEC;
+  uint64_t lo_mask = skip >= 8 ? 0 : ~(uint64_t)0 << (8 * skip);
+  uint64_t hi_mask = skip <= 8 ? ~(uint64_t)0 : ~(uint64_t)0 << (8 * (skip - 8));
+  return ((x[0] & lo_mask) | (x[1] & hi_mask)) == 0;
 }
 
-/* Writes the canary and the record of obj for a request of n bytes, where [16, fill end) already
- * holds the pattern: only the canary's part in the tag words (n < 16) or past the fill end needs
- * writing. Bytes below n may be written too: they are the new owner's, not yet its data. */
+/* Writes the canary and the record of obj for a request of n bytes. The canary's vector may also
+ * cover program bytes below n (harden_canary_at): they are the new owner's, not yet its data. */
 QM_INLINE void harden_write_tail(void *obj, size_t slot, size_t n) {
-  size_t record = slot - 8, end = harden_canary_end(n, record);
-  uint64_t *w = (uint64_t *)obj;
-  if (n < 16) {
-    w[0] = HARDEN_PATTERN_WORD;
-    if (slot > 16) w[1] = HARDEN_PATTERN_WORD; /* in 16-byte slots word 1 is the record */
-  }
-  if (end > harden_fill_end(slot)) { /* slots past 272 bytes only: end - 64 >= 208 */
-    harden_uvec_t *c = (harden_uvec_t *)(void *)((char *)obj + end - HARDEN_CANARY_MAX);
-#pragma GCC unroll 4
-    for (size_t i = 0; i < HARDEN_CANARY_MAX / 16; i++) c[i] = HARDEN_PATTERN_VEC;
-  }
+  if (slot <= 16) *(uint64_t *)obj = HARDEN_PATTERN_WORD; /* word 1 is the record */
+  else *(harden_uvec_t *)(void *)((char *)obj + harden_canary_at(n, slot)) = HARDEN_PATTERN_VEC;
   /* one store: another thread's underflow check may read it (harden_check_before) */
   __atomic_store_n(harden_last_word(obj, slot), harden_record(obj, n), __ATOMIC_RELAXED);
 }
@@ -227,7 +166,7 @@ QM_INLINE void *harden_handout(void *obj, unsigned cls, size_t n) {
 QM_INLINE size_t harden_live_size(const void *obj, size_t slot, const char *call) {
   size_t record = slot - 8;
   size_t n = harden_record_size(obj, *(const uint64_t *)(const void *)((const char *)obj + record));
-  if (QM_UNLIKELY(n >= record || !harden_canary_intact(obj, n, harden_canary_end(n, record)))) harden_fail_overflow(call, obj);
+  if (QM_UNLIKELY(n >= record || !harden_canary_intact(obj, n, slot))) harden_fail_overflow(call, obj);
   return n;
 }
 
@@ -262,14 +201,7 @@ QM_INLINE void harden_retire(void *obj, unsigned cls, uintptr_t span_start, bool
   if (QM_UNLIKELY(sized && size != n)) check_fail_size(call, size, obj);
   words[1] = key ^ HARDEN_QUARANTINED;
   words[0] = ~key;
-  if (slot <= 16) return;
-  /* Past the program's bytes the fill is intact (the canary was just checked; the rest was checked
-   * at the hand-out and the program had no business there): only [16, n) is filled again, rounded
-   * up to the vectors, and the last word (the record). */
-  size_t fill_end = harden_fill_end(slot), to = n < fill_end ? (n + 15) & ~(size_t)15 : fill_end;
-  if (to < 16) to = 16; /* n = 0: aligned_alloc(64, 0) */
-  harden_fill_to(obj, to);
-  *harden_last_word(obj, slot) = HARDEN_PATTERN_WORD;
+  harden_fill(obj, slot);
 }
 
 /* xorshift64, seeded on first use from the secret and the thread's address. */
