@@ -63,8 +63,42 @@ static void *harden_leave(harden_thread_t *t, uint32_t i, unsigned *cls) {
   t->blocks[i] = t->blocks[t->count];
   t->classes[i] = t->classes[t->count];
   t->bytes -= sizeclass_size[*cls];
+  t->next = HARDEN_QUARANTINE_SLOTS; /* the next free takes the slow half, which may grow the ring again */
   harden_check_leaving(obj);
   return obj;
+}
+
+void harden_seed(harden_thread_t *t) {
+  if (t->rng == 0) t->rng = (freelist_secret ^ (uintptr_t)t) * 0x9E3779B97F4A7C15ull;
+}
+
+void *harden_quarantine_add(void *obj, unsigned cls, unsigned *leaving_cls) {
+  harden_thread_t *t = &harden_self;
+  size_t size = sizeclass_size[cls];
+  if (t->closed) { /* no ring any more: the caller pushes obj now */
+    *leaving_cls = cls;
+    return obj;
+  }
+  harden_seed(t);
+  void *leaving = NULL;
+  if (t->count < HARDEN_QUARANTINE_SLOTS && size <= HARDEN_QUARANTINE_BYTES - t->bytes) {
+    t->blocks[t->count] = obj;
+    t->classes[t->count] = (uint8_t)cls;
+    t->bytes += size;
+    t->count++;
+  } else { /* short of its slots by its byte bound: a block drawn now leaves */
+    uint32_t i = harden_below(t, t->count);
+    leaving = t->blocks[i];
+    *leaving_cls = t->classes[i];
+    t->blocks[i] = obj;
+    t->classes[i] = (uint8_t)cls;
+    t->bytes += size - sizeclass_size[*leaving_cls];
+    harden_check_leaving(leaving);
+  }
+  /* Full: the fast path takes over, with the next slot to leave drawn. Otherwise none is drawn
+   * (count <= next), and the next free comes here again. */
+  t->next = t->count == HARDEN_QUARANTINE_SLOTS ? harden_below(t, t->count) : HARDEN_QUARANTINE_SLOTS;
+  return leaving;
 }
 
 void *harden_quarantine_over(unsigned *cls) {
@@ -114,6 +148,7 @@ void harden_carve(span_t *span, unsigned cls) {
   else
     for (uint32_t i = 0; i < n; i++) harden_fill((void *)(span->start + (uintptr_t)i * size), size);
   uint16_t order[1024]; /* the most objects a span holds (sizeclass_table.h) */
+  harden_seed(&harden_self);
   if (size < 16 || n > 1024) { /* never in this build: the 8-byte class serves no request here */
     for (uint32_t i = 0; i < n; i++) *(void **)(span->start + (uintptr_t)i * size) = i + 1 < n ? (void *)(span->start + (uintptr_t)(i + 1) * size) : NULL;
     span->u.small.freelist = (void *)span->start;

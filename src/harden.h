@@ -137,10 +137,19 @@ QM_INLINE bool harden_canary_intact(const void *obj, size_t n, size_t slot) {
     return ((*(const uint64_t *)(const void *)p ^ HARDEN_PATTERN_WORD) & (~(uint64_t)0 << (8 * n))) == 0;
   }
   size_t at = harden_canary_at(n, slot), skip = n - at; /* 0 to 15 of the program's bytes */
-  harden_vec_t x = harden_load_vec(p + at) ^ HARDEN_PATTERN_VEC;
+  harden_vec_t v = harden_load_vec(p + at);
+#if defined(__x86_64__)
+  /* One bit per byte that differs from the pattern (SSE2's byte compare and mask), the program's
+   * bytes shifted out: five instructions where the two words' masks took a dozen and two branches. */
+  typedef char harden_bytes_t __attribute__((vector_size(16)));
+  unsigned same = (unsigned)__builtin_ia32_pmovmskb128((harden_bytes_t)v == (harden_bytes_t)HARDEN_PATTERN_VEC);
+  return ((same ^ 0xffffu) >> skip) == 0;
+#else
+  harden_vec_t x = v ^ HARDEN_PATTERN_VEC;
   uint64_t lo_mask = skip >= 8 ? 0 : ~(uint64_t)0 << (8 * skip);
   uint64_t hi_mask = skip <= 8 ? ~(uint64_t)0 : ~(uint64_t)0 << (8 * (skip - 8));
   return ((x[0] & lo_mask) | (x[1] & hi_mask)) == 0;
+#endif
 }
 
 /* Writes the canary and the record of obj for a request of n bytes. The canary's vector may also
@@ -204,64 +213,60 @@ QM_INLINE void harden_retire(void *obj, unsigned cls, uintptr_t span_start, bool
   harden_fill(obj, slot);
 }
 
-/* xorshift64, seeded on first use from the secret and the thread's address. */
+/* The quarantine's and the carving's random numbers: a 64-bit linear congruential generator
+ * (Knuth's MMIX constants), of which only the high 32 bits are used (the low ones of an LCG are
+ * weak). Four instructions where xorshift64 took eight and a test for the unseeded state: the
+ * state is seeded, from the secret and the thread's address, by the slow halves that run before
+ * any fast use (harden_seed). Not cryptographic: no output is ever seen by the program, only the
+ * order in which freed blocks come back, as with xorshift before it. */
 QM_INLINE uint64_t harden_random(harden_thread_t *t) {
-  uint64_t x = t->rng;
-  if (QM_UNLIKELY(x == 0)) x = (freelist_secret ^ (uintptr_t)t) * 0x9E3779B97F4A7C15ull | 1;
-  x ^= x << 13;
-  x ^= x >> 7;
-  x ^= x << 17;
+  uint64_t x = t->rng * 6364136223846793005ull + 1442695040888963407ull;
   t->rng = x;
   return x;
 }
+
+/* Seeds this thread's generator if it is not yet (harden.c; the slow halves). */
+void harden_seed(harden_thread_t *t);
 
 /* A random number below n (n > 0): a multiply and a shift, not a division. */
 QM_INLINE uint32_t harden_below(harden_thread_t *t, uint32_t n) { return (uint32_t)(((harden_random(t) >> 32) * n) >> 32); }
 
 /* A block leaving the quarantine: its tag words must be as its free left them (else
- * "free(): write after free"). */
+ * "free(): write after free"). One compare of both words. */
 QM_INLINE void harden_check_leaving(void *obj) {
   uintptr_t key = freelist_key(obj);
-  if (QM_UNLIKELY(((uintptr_t *)obj)[0] != ~key || ((uintptr_t *)obj)[1] != (key ^ HARDEN_QUARANTINED)))
+  if (QM_UNLIKELY((((uintptr_t *)obj)[0] ^ ~key) | (((uintptr_t *)obj)[1] ^ key ^ HARDEN_QUARANTINED)))
     harden_fail_write_after_free("free()", obj);
 }
 
-/* Puts retired obj in this thread's quarantine. Once the ring is full (256 blocks, or 1 MiB), the
- * block in a slot drawn at random leaves it and obj takes its place: returned, with *leaving_cls,
- * for the caller to push on a free list (NULL while the ring fills). The slot is drawn one free
- * ahead, and its block's lines prefetched, so that the check of the leaving block and its reuse by
- * the next malloc do not wait for a cache miss. Returns obj itself once the thread is exiting (no
- * ring any more: push it now). The ring may end over its byte bound (a larger block took a smaller
- * one's place): the caller then calls harden_quarantine_over until it is not. */
+/* The quarantine's slow half (harden.c): while the ring fills, or is held under its slot count by
+ * its byte bound, or once the thread is exiting. Same contract as harden_quarantine_swap. */
+void *harden_quarantine_add(void *obj, unsigned cls, unsigned *leaving_cls);
+
+/* Puts retired obj in this thread's quarantine. Once the ring is full (HARDEN_QUARANTINE_SLOTS
+ * blocks), the block in a slot drawn at random leaves it and obj takes its place: returned, with
+ * *leaving_cls, for the caller to push on a free list (NULL while the ring fills). The slot is
+ * drawn one free ahead (t->next), and its block's first line prefetched, so that the check of the
+ * leaving block and its reuse by the next malloc do not wait for a cache miss. Only a full ring
+ * has a slot drawn ahead: anything else (filling, held short by the byte bound, exiting: count 0)
+ * fails the one test below and takes harden_quarantine_add. The ring may end over its byte bound
+ * (a larger block took a smaller one's place): the caller then calls harden_quarantine_over until
+ * it is not. */
 QM_INLINE void *harden_quarantine_swap(void *obj, unsigned cls, unsigned *leaving_cls) {
   harden_thread_t *t = &harden_self;
-  size_t size = sizeclass_size[cls];
-  if (QM_UNLIKELY(t->closed)) {
-    *leaving_cls = cls;
-    return obj;
-  }
-  if (t->count < HARDEN_QUARANTINE_SLOTS && size <= HARDEN_QUARANTINE_BYTES - t->bytes) {
-    t->blocks[t->count] = obj;
-    t->classes[t->count] = (uint8_t)cls;
-    t->bytes += size;
-    t->count++;
-    t->next = HARDEN_QUARANTINE_SLOTS; /* none drawn yet */
-    return NULL;
-  }
-  uint32_t i = t->next < t->count ? t->next : harden_below(t, t->count);
+  uint32_t i = t->next;
+  if (QM_UNLIKELY(i >= t->count)) return harden_quarantine_add(obj, cls, leaving_cls);
   void *leaving = t->blocks[i];
   unsigned lcls = t->classes[i];
   t->blocks[i] = obj;
   t->classes[i] = (uint8_t)cls;
-  t->bytes += size - sizeclass_size[lcls];
+  t->bytes += (size_t)sizeclass_size[cls] - sizeclass_size[lcls];
   harden_check_leaving(leaving);
   *leaving_cls = lcls;
-  /* The next one to leave (obj itself, 1 time in count), and the line of its tag words.
-   * (Prefetching all the lines the hand-out reads, or only the first, measured the same on
-   * malloc-test at 512 bytes and worse at 8 KiB.) */
-  t->next = harden_below(t, t->count);
-  const char *ahead = (const char *)t->blocks[t->next];
-  __builtin_prefetch(ahead); /* its first line; the hand-out's check streams through the rest */
+  /* The next one to leave (obj itself, 1 time in count), and the line of its tag words. */
+  i = harden_below(t, t->count);
+  t->next = i;
+  __builtin_prefetch(t->blocks[i]); /* its first line; the hand-out's check reads it and the last word */
   return leaving;
 }
 
