@@ -64,7 +64,7 @@ QM_INLINE size_t harden_record_size(const void *obj, uint64_t w) { return ~(w ^ 
  * Both bound what the ring's blocks cost in cache: a block that leaves it is the next malloc's,
  * and its lines are read then (docs/hardening.md, Cost, measures the sizes). */
 #define HARDEN_QUARANTINE_SLOTS (QM_HARDENED_BUILD ? 64 : 1) /* the default build's threads carry no ring */
-#define HARDEN_QUARANTINE_BYTES ((size_t)256 << 10)
+#define HARDEN_QUARANTINE_BYTES ((size_t)512 << 10)
 
 typedef struct harden_thread_s {
   void *blocks[HARDEN_QUARANTINE_SLOTS];
@@ -114,15 +114,24 @@ QM_INLINE void harden_fill(void *obj, size_t slot) {
 _Static_assert(HARDEN_FILL_END == 64, "harden_fill and harden_holds_fill store and check three vectors from byte 16");
 
 /* Whether obj's fill is intact: [16, HARDEN_FILL_END) and its last word all pattern, without an
- * early exit. */
+ * early exit. (The vectors are 16-byte aligned: slots are multiples of 16 on aligned spans.) */
 QM_INLINE bool harden_holds_fill(const void *obj, size_t slot) {
   if (slot <= 16) return true;
   const char *p = (const char *)obj;
-  harden_vec_t a = harden_load_vec(p + 16) ^ HARDEN_PATTERN_VEC;
-  a |= harden_load_vec(p + harden_fill_at(slot, 32)) ^ HARDEN_PATTERN_VEC;
-  a |= harden_load_vec(p + harden_fill_at(slot, 48)) ^ HARDEN_PATTERN_VEC;
+  harden_vec_t v0 = *(const harden_vec_t *)(const void *)(p + 16);
+  harden_vec_t v1 = *(const harden_vec_t *)(const void *)(p + harden_fill_at(slot, 32));
+  harden_vec_t v2 = *(const harden_vec_t *)(const void *)(p + harden_fill_at(slot, 48));
   uint64_t last = *(const uint64_t *)(const void *)(p + slot - 8);
+#if defined(__x86_64__)
+  /* Byte compares ANDed and one mask (SSE2): a compare can take its operand from memory. */
+  typedef char harden_bytes_t __attribute__((vector_size(16)));
+  harden_bytes_t pattern = (harden_bytes_t)HARDEN_PATTERN_VEC;
+  harden_bytes_t same = ((harden_bytes_t)v0 == pattern) & ((harden_bytes_t)v1 == pattern) & ((harden_bytes_t)v2 == pattern);
+  return (__builtin_ia32_pmovmskb128(same) == 0xffff) & (last == HARDEN_PATTERN_WORD);
+#else
+  harden_vec_t a = (v0 ^ HARDEN_PATTERN_VEC) | (v1 ^ HARDEN_PATTERN_VEC) | (v2 ^ HARDEN_PATTERN_VEC);
   return ((a[0] | a[1]) | (last ^ HARDEN_PATTERN_WORD)) == 0;
+#endif
 }
 
 /* Where the canary's vector starts for a request of n bytes in a slot of more than 16 bytes: at n,
@@ -202,8 +211,8 @@ QM_INLINE void harden_check_before(void *obj, size_t slot, uintptr_t span_start,
  * changed ("free(): write after free") or its free tag (a double free) when it pushes it. */
 QM_INLINE void harden_retire(void *obj, unsigned cls, uintptr_t span_start, bool sized, size_t size, const char *call) {
   uintptr_t *words = (uintptr_t *)obj, key = freelist_key(obj);
-  uintptr_t word1 = words[1];
-  if (QM_UNLIKELY(word1 == key || word1 == (key ^ HARDEN_QUARANTINED))) check_fail_double_free(call, obj);
+  /* the free tag or the quarantine tag (they differ in HARDEN_QUARANTINED's bit only): one test */
+  if (QM_UNLIKELY(((words[1] ^ key) & ~HARDEN_QUARANTINED) == 0)) check_fail_double_free(call, obj);
   size_t slot = sizeclass_size[cls];
   size_t n = harden_live_size(obj, slot, call);
   harden_check_before(obj, slot, span_start, call);
