@@ -99,7 +99,10 @@ QM_INLINE uint64_t *harden_last_word(void *obj, size_t slot) { return (uint64_t 
 /* The three vectors of the fill of a slot of `slot` bytes (more than 16) start at 16, 32 and 48,
  * each moved back to end at the slot's end at most: they overlap in 32- and 48-byte slots, and the
  * code has no branch on the size. */
-QM_INLINE size_t harden_fill_at(size_t slot, size_t at) { return at < slot - 16 ? at : slot - 16; }
+QM_INLINE size_t harden_fill_at(size_t slot, size_t at) {
+  if (QM_LIKELY(slot >= HARDEN_FILL_END)) return at; /* most slots: constant offsets, no compare and move */
+  return at < slot - 16 ? at : slot - 16;
+}
 
 /* A freed block's fill: [16, HARDEN_FILL_END) (to its end if smaller) and its last word. (Slots of
  * 16 bytes are all tag.) */
