@@ -4,15 +4,14 @@
  * canary, record), the hand-out's and the free's checks, and the per-thread quarantine.
  * A live small block of request size n in a slot of S bytes (the class of n + HARDEN_TAIL) holds:
  *   [0, n)        the program's bytes,
- *   [n, S - 8)    the canary: HARDEN_PATTERN for at least 1 and at most HARDEN_CANARY_MAX bytes,
- *                 checked at free (overflows); the bytes up to harden_fill_end(S) hold it too,
+ *   [n, S - 8)    its first HARDEN_CANARY_LEN bytes (all of them if fewer, at least 1): the
+ *                 canary, HARDEN_PATTERN, checked at free (overflows); the rest is not looked at,
  *   [S - 8, S)    the record: harden_record(obj, n), so that free knows n (and a damaged record
  *                 is seen).
- * A free small block (quarantined, in a list, or never handed out) holds HARDEN_PATTERN from byte 16
- * to harden_fill_end(S) (all of it up to 272 bytes) and in its last word, checked when it is handed
- * out again (writes after free); bytes 0..16 are the free tag and link (freelist.h), or in
- * quarantine the quarantine tag (word 1 = key ^ HARDEN_QUARANTINED, word 0 = ~key), checked when it
- * leaves.
+ * A free small block (quarantined, in a list, or never handed out) holds HARDEN_PATTERN in bytes 16
+ * to HARDEN_FILL_END (to its end if smaller) and in its last word, checked when it is handed out
+ * again (writes after free); bytes 0..16 are the free tag and link (freelist.h), or in quarantine
+ * the quarantine tag (word 1 = key ^ HARDEN_QUARANTINED, word 0 = ~key), checked when it leaves.
  * Does not: decide anything in the default build (its callers test qm_hardened, a constant), reach
  * the thread cache's lists (api.c pops and pushes), or handle large, zero-size or foreign pointers
  * (api.c's slow halves, harden.c). Callers: api.c (malloc_hardened, free_hardened and the slow
@@ -64,7 +63,7 @@ QM_INLINE size_t harden_record_size(const void *obj, uint64_t w) { return ~(w ^ 
  * Both bound what the ring's blocks cost in cache: a block that leaves it is the next malloc's,
  * and its lines are read then (docs/hardening.md, Cost, measures the sizes). */
 #define HARDEN_QUARANTINE_SLOTS (QM_HARDENED_BUILD ? 64 : 1) /* the default build's threads carry no ring */
-#define HARDEN_QUARANTINE_BYTES ((size_t)512 << 10)
+#define HARDEN_QUARANTINE_BYTES ((size_t)1 << 20)
 
 typedef struct harden_thread_s {
   void *blocks[HARDEN_QUARANTINE_SLOTS];
@@ -74,7 +73,7 @@ typedef struct harden_thread_s {
                   * its block prefetched) one free ahead, so that the leaving block's check and its
                   * reuse by the next malloc do not wait for the cache miss */
   size_t bytes;
-  uint64_t rng;  /* xorshift64 state, seeded from the secret and the thread's address */
+  uint64_t rng;  /* the generator's state (harden_random), seeded from the secret and the thread's address */
   bool closed;   /* the thread is exiting: its frees no longer wait */
 } harden_thread_t;
 
