@@ -55,15 +55,16 @@ void harden_resize(void *obj, unsigned cls, size_t n_old, size_t n) {
 
 /* ---- the quarantine's slow half: its byte bound, trim, thread exit ---------------------------- */
 
-/* Takes block i out of the ring (the last one takes its place), checked. */
-static void *harden_leave(harden_thread_t *t, uint32_t i, unsigned *cls) {
-  void *obj = t->blocks[i];
-  *cls = t->classes[i];
-  t->count--;
-  t->blocks[i] = t->blocks[t->count];
-  t->classes[i] = t->classes[t->count];
-  t->bytes -= sizeclass_size[*cls];
-  t->next = HARDEN_QUARANTINE_SLOTS; /* the next free takes the slow half, which may grow the ring again */
+/* Takes block i out of ring r (the last one takes its place), checked. The small ring is no longer
+ * full: its next free takes the slow half, which fills it again. */
+static void *harden_leave(harden_ring_t *r, uint32_t i, unsigned *cls) {
+  void *obj = r->blocks[i];
+  *cls = r->classes[i];
+  r->count--;
+  r->blocks[i] = r->blocks[r->count];
+  r->classes[i] = r->classes[r->count];
+  r->bytes -= sizeclass_size[*cls];
+  r->next = HARDEN_QUARANTINE_SLOTS;
   harden_check_leaving(obj);
   return obj;
 }
@@ -80,62 +81,71 @@ void *harden_quarantine_add(void *obj, unsigned cls, unsigned *leaving_cls) {
     return obj;
   }
   harden_seed(t);
+  bool small = size <= HARDEN_QUARANTINE_SMALL;
+  harden_ring_t *r = small ? &t->small : &t->large;
   void *leaving = NULL;
-  if (t->count < HARDEN_QUARANTINE_SLOTS && size <= HARDEN_QUARANTINE_BYTES - t->bytes) {
-    t->blocks[t->count] = obj;
-    t->classes[t->count] = (uint8_t)cls;
-    t->bytes += size;
-    t->count++;
-  } else { /* short of its slots by its byte bound: a block drawn now leaves */
-    uint32_t i = harden_below(t, t->count);
-    leaving = t->blocks[i];
-    *leaving_cls = t->classes[i];
-    t->blocks[i] = obj;
-    t->classes[i] = (uint8_t)cls;
-    t->bytes += size - sizeclass_size[*leaving_cls];
+  if (r->count < HARDEN_QUARANTINE_SLOTS && (small || size <= HARDEN_QUARANTINE_BYTES - r->bytes)) {
+    r->blocks[r->count] = obj;
+    r->classes[r->count] = (uint8_t)cls;
+    r->bytes += size;
+    r->count++;
+  } else { /* the large ring, full or at its byte bound: a block drawn now leaves */
+    uint32_t i = harden_below(t, r->count);
+    leaving = r->blocks[i];
+    *leaving_cls = r->classes[i];
+    r->blocks[i] = obj;
+    r->classes[i] = (uint8_t)cls;
+    r->bytes += size - sizeclass_size[*leaving_cls];
     harden_check_leaving(leaving);
   }
-  /* Full: the fast path takes over, with the next slot to leave drawn. Otherwise none is drawn
-   * (count <= next), and the next free comes here again. */
-  t->next = t->count == HARDEN_QUARANTINE_SLOTS ? harden_below(t, t->count) : HARDEN_QUARANTINE_SLOTS;
+  /* The small ring full: its fast path takes over, with the next slot to leave drawn. */
+  if (small && r->count == HARDEN_QUARANTINE_SLOTS) r->next = harden_below(t, r->count);
   return leaving;
 }
 
 void *harden_quarantine_over(unsigned *cls) {
   harden_thread_t *t = &harden_self;
-  if (t->bytes <= HARDEN_QUARANTINE_BYTES) return NULL;
-  return harden_leave(t, harden_below(t, t->count), cls);
+  if (t->large.bytes <= HARDEN_QUARANTINE_BYTES) return NULL;
+  return harden_leave(&t->large, harden_below(t, t->large.count), cls);
 }
 
 void *harden_quarantine_evict(unsigned *cls) {
   harden_thread_t *t = &harden_self;
-  if (t->closed || t->count == 0) return NULL;
-  return harden_leave(t, harden_below(t, t->count), cls);
+  if (t->closed) return NULL;
+  harden_ring_t *r = t->small.count > 0 ? &t->small : &t->large;
+  if (r->count == 0) return NULL;
+  return harden_leave(r, harden_below(t, r->count), cls);
 }
 
 void harden_thread_exit(void) {
   harden_thread_t *t = &harden_self;
   t->closed = true;
-  while (t->count > 0) {
-    unsigned cls;
-    void *obj = harden_leave(t, t->count - 1, &cls);
-    freelist_mark(obj, NULL, freelist_key(obj));
-    central_insert(cls, obj, 1);
+  harden_ring_t *rings[2] = {&t->small, &t->large};
+  for (int k = 0; k < 2; k++) {
+    while (rings[k]->count > 0) {
+      unsigned cls;
+      void *obj = harden_leave(rings[k], rings[k]->count - 1, &cls);
+      freelist_mark(obj, NULL, freelist_key(obj));
+      central_insert(cls, obj, 1);
+    }
   }
 }
 
 /* At exit, the blocks still waiting in the exiting thread's quarantine are checked as if they were
- * handed out: a write after free into a block freed in the last few hundred frees is reported,
+ * handed out: a write after free into a block freed in the last few dozen frees is reported,
  * however the program ends (return from main, exit). Other threads' quarantines are out of reach. */
 __attribute__((destructor)) static void harden_check_at_exit(void) {
   if (!qm_hardened) return;
   harden_thread_t *t = &harden_self;
-  for (uint32_t i = 0; i < t->count; i++) {
-    void *obj = t->blocks[i];
-    unsigned cls = t->classes[i];
-    uintptr_t key = freelist_key(obj);
-    if (((uintptr_t *)obj)[0] != ~key || !harden_quarantined(obj) || !harden_holds_fill(obj, sizeclass_size[cls]))
-      harden_fail_write_after_free("exit()", obj);
+  harden_ring_t *rings[2] = {&t->small, &t->large};
+  for (int k = 0; k < 2; k++) {
+    for (uint32_t i = 0; i < rings[k]->count; i++) {
+      void *obj = rings[k]->blocks[i];
+      unsigned cls = rings[k]->classes[i];
+      uintptr_t key = freelist_key(obj);
+      if (((uintptr_t *)obj)[0] != ~key || !harden_quarantined(obj) || !harden_holds_fill(obj, sizeclass_size[cls]))
+        harden_fail_write_after_free("exit()", obj);
+    }
   }
 }
 

@@ -54,25 +54,32 @@ QM_INLINE size_t harden_record_size(const void *obj, uint64_t w) { return ~(w ^ 
  * length, and one 16-byte vector stores it at the hand-out and checks it at free. */
 #define HARDEN_CANARY_LEN 16
 
-/* The quarantine: freed small blocks wait in their thread's ring and leave it in random order.
- * HARDEN_QUARANTINE_SLOTS blocks: a block is reused only after about that many further frees of its
- * thread (its chance to leave at each is 1 in the ring's length), long enough for the common use
- * after free (the freeing function's caller still holds the pointer) to meet the pattern check
- * instead of a new owner, and the next owner of a freed block cannot be predicted by spraying
- * allocations of its size. HARDEN_QUARANTINE_BYTES: the most one thread keeps out of use that way.
- * Both bound what the ring's blocks cost in cache: a block that leaves it is the next malloc's,
- * and its lines are read then (docs/hardening.md, Cost, measures the sizes). */
-#define HARDEN_QUARANTINE_SLOTS (QM_HARDENED_BUILD ? 64 : 1) /* the default build's threads carry no ring */
+/* The quarantine: freed small blocks wait in their thread's rings and leave them in random order.
+ * HARDEN_QUARANTINE_SLOTS blocks a ring: a block is reused only after about that many further frees
+ * of its size range in its thread (its chance to leave at each is 1 in the ring's length), long
+ * enough for the common use after free (the freeing function's caller still holds the pointer) to
+ * meet the pattern check instead of a new owner, and the next owner of a freed block cannot be
+ * predicted by spraying allocations of its size. Two rings, so that the common case counts no
+ * bytes: blocks of up to HARDEN_QUARANTINE_SMALL bytes wait in one of 64 slots (64 x 16 KiB: at
+ * most 1 MiB), larger ones in another, bounded also by HARDEN_QUARANTINE_BYTES (the slow half,
+ * harden.c). Ring lengths of 32 to 128 measured the same (docs/hardening.md, Cost). */
+#define HARDEN_QUARANTINE_SHIFT 6
+#define HARDEN_QUARANTINE_SLOTS (QM_HARDENED_BUILD ? 1 << HARDEN_QUARANTINE_SHIFT : 1) /* the default build's threads carry none */
+#define HARDEN_QUARANTINE_SMALL ((size_t)16 << 10)
 #define HARDEN_QUARANTINE_BYTES ((size_t)1 << 20)
 
-typedef struct harden_thread_s {
+typedef struct harden_ring_s {
   void *blocks[HARDEN_QUARANTINE_SLOTS];
   uint8_t classes[HARDEN_QUARANTINE_SLOTS];
   uint32_t count;
-  uint32_t next; /* once the ring is full: the slot whose block leaves at the next free, drawn (and
+  uint32_t next; /* small ring, once full: the slot whose block leaves at the next free, drawn (and
                   * its block prefetched) one free ahead, so that the leaving block's check and its
-                  * reuse by the next malloc do not wait for the cache miss */
-  size_t bytes;
+                  * reuse by the next malloc do not wait for the cache miss; at least count otherwise */
+  size_t bytes;  /* large ring only (the small one's bound is its length) */
+} harden_ring_t;
+
+typedef struct harden_thread_s {
+  harden_ring_t small, large;
   uint64_t rng;  /* the generator's state (harden_random), seeded from the secret and the thread's address */
   bool closed;   /* the thread is exiting: its frees no longer wait */
 } harden_thread_t;
@@ -250,41 +257,42 @@ QM_INLINE void harden_check_leaving(void *obj) {
     harden_fail_write_after_free("free()", obj);
 }
 
-/* The quarantine's slow half (harden.c): while the ring fills, or is held under its slot count by
- * its byte bound, or once the thread is exiting. Same contract as harden_quarantine_swap. */
+/* The quarantine's slow half (harden.c): while the small ring fills, for blocks over
+ * HARDEN_QUARANTINE_SMALL (the large ring and its byte bound), once the thread is exiting. Puts
+ * retired obj of class cls in this thread's quarantine and returns the block that leaves it, with
+ * *leaving_cls (NULL if none; obj itself if the thread is exiting). The large ring may end over its
+ * byte bound (a larger block took a smaller one's place): the caller then calls
+ * harden_quarantine_over until it is not. */
 void *harden_quarantine_add(void *obj, unsigned cls, unsigned *leaving_cls);
 
-/* Puts retired obj in this thread's quarantine. Once the ring is full (HARDEN_QUARANTINE_SLOTS
- * blocks), the block in a slot drawn at random leaves it and obj takes its place: returned, with
- * *leaving_cls, for the caller to push on a free list (NULL while the ring fills). The slot is
- * drawn one free ahead (t->next), and its block's first line prefetched, so that the check of the
- * leaving block and its reuse by the next malloc do not wait for a cache miss. Only a full ring
- * has a slot drawn ahead: anything else (filling, held short by the byte bound, exiting: count 0)
- * fails the one test below and takes harden_quarantine_add. The ring may end over its byte bound
- * (a larger block took a smaller one's place): the caller then calls harden_quarantine_over until
- * it is not. */
+/* Whether obj's free (slot bytes) takes the quarantine's fast path: a full small ring. */
+QM_INLINE bool harden_quarantine_fast(size_t slot) {
+  /* (next < count: a zeroed ring, a ring that lost a block and an exiting thread's, count 0, fail it) */
+  return QM_LIKELY(harden_self.small.next < harden_self.small.count && slot <= HARDEN_QUARANTINE_SMALL);
+}
+
+/* Puts retired obj in this thread's full small ring (harden_quarantine_fast): the block in the slot
+ * drawn one free ahead leaves and obj takes its place; returns it, with *leaving_cls, for the caller
+ * to push on a free list. The next slot is drawn now (the ring's length is a power of two: the
+ * generator's top bits), and its block's first line prefetched. */
 QM_INLINE void *harden_quarantine_swap(void *obj, unsigned cls, unsigned *leaving_cls) {
   harden_thread_t *t = &harden_self;
-  uint32_t i = t->next;
-  if (QM_UNLIKELY(i >= t->count)) return harden_quarantine_add(obj, cls, leaving_cls);
-  void *leaving = t->blocks[i];
-  unsigned lcls = t->classes[i];
-  t->blocks[i] = obj;
-  t->classes[i] = (uint8_t)cls;
-  t->bytes += (size_t)sizeclass_size[cls] - sizeclass_size[lcls];
+  uint32_t i = t->small.next;
+  void *leaving = t->small.blocks[i];
+  *leaving_cls = t->small.classes[i];
+  t->small.blocks[i] = obj;
+  t->small.classes[i] = (uint8_t)cls;
   harden_check_leaving(leaving);
-  *leaving_cls = lcls;
-  /* The next one to leave (obj itself, 1 time in count), and the line of its tag words. */
-  i = harden_below(t, t->count);
-  t->next = i;
-  __builtin_prefetch(t->blocks[i]); /* its first line; the hand-out's check reads it and the last word */
+  i = (uint32_t)(harden_random(t) >> (64 - HARDEN_QUARANTINE_SHIFT)); /* obj itself, 1 time in 64 */
+  t->small.next = i;
+  __builtin_prefetch(t->small.blocks[i]); /* its first line; the hand-out's check reads it and the last word */
   return leaving;
 }
 
-/* Whether the quarantine holds more than its byte bound (after harden_quarantine_swap). */
-QM_INLINE bool harden_quarantine_is_over(void) { return harden_self.bytes > HARDEN_QUARANTINE_BYTES; }
+/* Whether the large ring holds more than its byte bound (after harden_quarantine_add). */
+QM_INLINE bool harden_quarantine_is_over(void) { return harden_self.large.bytes > HARDEN_QUARANTINE_BYTES; }
 
-/* A block, chosen at random, that leaves the quarantine to bring it back under its byte bound
+/* A block, chosen at random, that leaves the large ring to bring it back under its byte bound
  * (checked), with *cls; NULL when it is not over. (harden.c) */
 void *harden_quarantine_over(unsigned *cls);
 
