@@ -289,11 +289,8 @@ QM_INLINE void *harden_quarantine_swap(void *obj, unsigned cls, unsigned *leavin
   return leaving;
 }
 
-/* Whether the large ring holds more than its byte bound (after harden_quarantine_add). */
-QM_INLINE bool harden_quarantine_is_over(void) { return harden_self.large.bytes > HARDEN_QUARANTINE_BYTES; }
-
 /* A block, chosen at random, that leaves the large ring to bring it back under its byte bound
- * (checked), with *cls; NULL when it is not over. (harden.c) */
+ * (checked), with *cls; NULL when it is not over it. (harden.c; after harden_quarantine_add) */
 void *harden_quarantine_over(unsigned *cls);
 
 /* For malloc_trim: every block of the quarantine, one at a time, chosen at random (checked), with
