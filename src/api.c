@@ -490,21 +490,28 @@ static QM_NOINLINE void *aligned_hardened(size_t alignment, size_t size) {
 /* Large blocks: their pages but the guard. */
 static size_t large_usable_hardened(const span_t *span) { return ((size_t)span->npages - 1) * PAGE_SIZE; }
 
-/* A larger block took a smaller one's place in the quarantine: random blocks leave it until it is
- * back under its byte bound. */
-static QM_NOINLINE void quarantine_trim_hardened(void) {
-  unsigned cls;
-  for (void *leaving; (leaving = harden_quarantine_over(&cls)) != NULL;) free_push(leaving, cls);
+/* The quarantine's slow half: the small ring filling, a block over HARDEN_QUARANTINE_SMALL (the
+ * large ring), the thread exiting. The block that leaves goes to this thread's list; if a larger
+ * block took a smaller one's place in the large ring, random blocks leave it until it is back under
+ * its byte bound. */
+static QM_NOINLINE void quarantine_add_hardened(void *ptr, unsigned cls) {
+  unsigned leaving_cls;
+  void *leaving = harden_quarantine_add(ptr, cls, &leaving_cls);
+  if (leaving != NULL) free_push(leaving, leaving_cls);
+  while ((leaving = harden_quarantine_over(&leaving_cls)) != NULL) free_push(leaving, leaving_cls);
 }
 
 /* A small block's free after its class and span are known: checked and filled, into the
  * quarantine, and the block that leaves it (if any) onto this thread's list. */
 QM_INLINE void free_small_hardened(void *ptr, unsigned cls, uintptr_t span_start, size_t size, bool sized, const char *call) {
   harden_retire(ptr, cls, span_start, sized, size, call);
+  if (QM_UNLIKELY(!harden_quarantine_fast(sizeclass_size[cls]))) {
+    quarantine_add_hardened(ptr, cls);
+    return;
+  }
   unsigned leaving_cls;
   void *leaving = harden_quarantine_swap(ptr, cls, &leaving_cls);
-  if (leaving != NULL) free_push(leaving, leaving_cls);
-  if (QM_UNLIKELY(harden_quarantine_is_over())) quarantine_trim_hardened();
+  free_push(leaving, leaving_cls);
 }
 
 /* NULL, zero-size, large, invalid and double-freed pointers. */

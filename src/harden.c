@@ -43,64 +43,109 @@ size_t harden_request_size(void *obj, unsigned cls, const char *call) {
   return harden_live_size(obj, sizeclass_size[cls], call);
 }
 
-/* From n_old to n bytes: the bytes the program gives back become pattern (a free refills only
- * [16, n), harden_retire), the new canary is written whole (past the fill end it may hold anything). */
+/* From n_old to n bytes: the new canary is written, exactly [n, its end) (harden_write_tail's
+ * vector may start below n, over what are here the program's bytes), and the new record. Nothing
+ * else need hold the pattern while the block is live. */
 void harden_resize(void *obj, unsigned cls, size_t n_old, size_t n) {
-  size_t slot = sizeclass_size[cls], record = slot - 8, end = harden_canary_end(n, record);
-  if (n_old > end) end = n_old;
+  (void)n_old;
+  size_t slot = sizeclass_size[cls], record = slot - 8, end = n + HARDEN_CANARY_LEN < record ? n + HARDEN_CANARY_LEN : record;
   memset((char *)obj + n, HARDEN_PATTERN, end - n);
   __atomic_store_n(harden_last_word(obj, slot), harden_record(obj, n), __ATOMIC_RELAXED);
 }
 
 /* ---- the quarantine's slow half: its byte bound, trim, thread exit ---------------------------- */
 
-/* Takes block i out of the ring (the last one takes its place), checked. */
-static void *harden_leave(harden_thread_t *t, uint32_t i, unsigned *cls) {
-  void *obj = t->blocks[i];
-  *cls = t->classes[i];
-  t->count--;
-  t->blocks[i] = t->blocks[t->count];
-  t->classes[i] = t->classes[t->count];
-  t->bytes -= sizeclass_size[*cls];
+/* Takes block i out of ring r (the last one takes its place), checked. The small ring is no longer
+ * full: its next free takes the slow half, which fills it again. */
+static void *harden_leave(harden_ring_t *r, uint32_t i, unsigned *cls) {
+  void *obj = r->blocks[i];
+  *cls = r->classes[i];
+  r->count--;
+  r->blocks[i] = r->blocks[r->count];
+  r->classes[i] = r->classes[r->count];
+  r->bytes -= sizeclass_size[*cls];
+  r->next = HARDEN_QUARANTINE_SLOTS;
   harden_check_leaving(obj);
   return obj;
 }
 
+void harden_seed(harden_thread_t *t) {
+  if (t->rng == 0) t->rng = (freelist_secret ^ (uintptr_t)t) * 0x9E3779B97F4A7C15ull;
+}
+
+void *harden_quarantine_add(void *obj, unsigned cls, unsigned *leaving_cls) {
+  harden_thread_t *t = &harden_self;
+  size_t size = sizeclass_size[cls];
+  if (t->closed) { /* no ring any more: the caller pushes obj now */
+    *leaving_cls = cls;
+    return obj;
+  }
+  harden_seed(t);
+  bool small = size <= HARDEN_QUARANTINE_SMALL;
+  harden_ring_t *r = small ? &t->small : &t->large;
+  void *leaving = NULL;
+  if (r->count < HARDEN_QUARANTINE_SLOTS && (small || size <= HARDEN_QUARANTINE_BYTES - r->bytes)) {
+    r->blocks[r->count] = obj;
+    r->classes[r->count] = (uint8_t)cls;
+    r->bytes += size;
+    r->count++;
+  } else { /* the large ring, full or at its byte bound: a block drawn now leaves */
+    uint32_t i = harden_below(t, r->count);
+    leaving = r->blocks[i];
+    *leaving_cls = r->classes[i];
+    r->blocks[i] = obj;
+    r->classes[i] = (uint8_t)cls;
+    r->bytes += size - sizeclass_size[*leaving_cls];
+    harden_check_leaving(leaving);
+  }
+  /* The small ring full: its fast path takes over, with the next slot to leave drawn. */
+  if (small && r->count == HARDEN_QUARANTINE_SLOTS) r->next = harden_below(t, r->count);
+  return leaving;
+}
+
 void *harden_quarantine_over(unsigned *cls) {
   harden_thread_t *t = &harden_self;
-  if (t->bytes <= HARDEN_QUARANTINE_BYTES) return NULL;
-  return harden_leave(t, harden_below(t, t->count), cls);
+  if (t->large.bytes <= HARDEN_QUARANTINE_BYTES) return NULL;
+  return harden_leave(&t->large, harden_below(t, t->large.count), cls);
 }
 
 void *harden_quarantine_evict(unsigned *cls) {
   harden_thread_t *t = &harden_self;
-  if (t->closed || t->count == 0) return NULL;
-  return harden_leave(t, harden_below(t, t->count), cls);
+  if (t->closed) return NULL;
+  harden_ring_t *r = t->small.count > 0 ? &t->small : &t->large;
+  if (r->count == 0) return NULL;
+  return harden_leave(r, harden_below(t, r->count), cls);
 }
 
 void harden_thread_exit(void) {
   harden_thread_t *t = &harden_self;
   t->closed = true;
-  while (t->count > 0) {
-    unsigned cls;
-    void *obj = harden_leave(t, t->count - 1, &cls);
-    freelist_mark(obj, NULL, freelist_key(obj));
-    central_insert(cls, obj, 1);
+  harden_ring_t *rings[2] = {&t->small, &t->large};
+  for (int k = 0; k < 2; k++) {
+    while (rings[k]->count > 0) {
+      unsigned cls;
+      void *obj = harden_leave(rings[k], rings[k]->count - 1, &cls);
+      freelist_mark(obj, NULL, freelist_key(obj));
+      central_insert(cls, obj, 1);
+    }
   }
 }
 
 /* At exit, the blocks still waiting in the exiting thread's quarantine are checked as if they were
- * handed out: a write after free into a block freed in the last few hundred frees is reported,
+ * handed out: a write after free into a block freed in the last few dozen frees is reported,
  * however the program ends (return from main, exit). Other threads' quarantines are out of reach. */
 __attribute__((destructor)) static void harden_check_at_exit(void) {
   if (!qm_hardened) return;
   harden_thread_t *t = &harden_self;
-  for (uint32_t i = 0; i < t->count; i++) {
-    void *obj = t->blocks[i];
-    unsigned cls = t->classes[i];
-    uintptr_t key = freelist_key(obj);
-    if (((uintptr_t *)obj)[0] != ~key || !harden_quarantined(obj) || !harden_holds_fill(obj, sizeclass_size[cls]))
-      harden_fail_write_after_free("exit()", obj);
+  harden_ring_t *rings[2] = {&t->small, &t->large};
+  for (int k = 0; k < 2; k++) {
+    for (uint32_t i = 0; i < rings[k]->count; i++) {
+      void *obj = rings[k]->blocks[i];
+      unsigned cls = rings[k]->classes[i];
+      uintptr_t key = freelist_key(obj);
+      if (((uintptr_t *)obj)[0] != ~key || !harden_quarantined(obj) || !harden_holds_fill(obj, sizeclass_size[cls]))
+        harden_fail_write_after_free("exit()", obj);
+    }
   }
 }
 
@@ -109,10 +154,11 @@ __attribute__((destructor)) static void harden_check_at_exit(void) {
 void harden_carve(span_t *span, unsigned cls) {
   uint32_t size = sizeclass_size[cls];
   uint32_t n = (uint32_t)(sizeclass_pages[cls] * PAGE_SIZE / size);
-  if (size <= 16 + HARDEN_FILL_MAX + sizeof(uintptr_t)) memset((void *)span->start, HARDEN_PATTERN, (size_t)n * size);
+  if (size <= HARDEN_FILL_END) memset((void *)span->start, HARDEN_PATTERN, (size_t)n * size); /* every byte is fill */
   else
     for (uint32_t i = 0; i < n; i++) harden_fill((void *)(span->start + (uintptr_t)i * size), size);
   uint16_t order[1024]; /* the most objects a span holds (sizeclass_table.h) */
+  harden_seed(&harden_self);
   if (size < 16 || n > 1024) { /* never in this build: the 8-byte class serves no request here */
     for (uint32_t i = 0; i < n; i++) *(void **)(span->start + (uintptr_t)i * size) = i + 1 < n ? (void *)(span->start + (uintptr_t)(i + 1) * size) : NULL;
     span->u.small.freelist = (void *)span->start;

@@ -247,7 +247,9 @@ int main(int argc, char **argv) {
     memset((char *)launder(p) - k, 'x', k);
     free(p);
   } else if (starts(mode, "uaf_write_")) { /* write after free, then the block's class is reused */
-    size_t size = size_of(mode), at = size > 100 ? 100 : 20; /* past the free tag's 16 bytes */
+    /* Past the free tag's 16 bytes, inside the hardened build's fill (bytes 16 to 64 and the last
+     * word of a freed block: docs/hardening.md); for large blocks anywhere, here 48. */
+    size_t size = size_of(mode), at = size > 100 ? 48 : 20;
     char *p = malloc(size);
     /* large: announced before the free, so that stdio's buffer does not take the freed pages */
     if (size >= (1u << 20)) announce(p + at);
