@@ -82,6 +82,9 @@ static const int qm_debug = 0;
  * pressure, 38.3 MB every 1000 ms, 36.9 MB every 100 ms (glibc 39.2), and mtbench's quick preset
  * side by side (3 repetitions) showed no cost at either interval. */
 #define TCACHE_GC_MS 100
+/* realloc sends a block it moved to a larger class to its span, not the thread cache, from this
+ * size up (api.c, realloc_impl). */
+#define REALLOC_UNCACHED_MIN ((size_t)16 << 10)
 
 /* Free backed bytes in the page heap at which the background releaser (release.c) is started:
  * below it, what the decay would give back is not worth a thread (and a small program never has

@@ -107,6 +107,9 @@ void *tcache_alloc_slow(tcache_t *tc, unsigned cls);
 /* Slow half of free for a small object the fast path could not push (cache not live, list at
  * its maximum): pushes it and flushes as needed. */
 void tcache_free_slow(tcache_t *tc, void *obj, unsigned cls);
+/* Frees live obj of class cls to its span, not the thread cache: realloc's old block once moved to
+ * a larger class (api.c), which the program will not ask for again. */
+void tcache_free_uncached(void *obj, unsigned cls);
 /* Seed 002's garbage collection: moves half of each list's low-water mark to the central lists
  * and gives the capacity they held back to the budget. */
 void tcache_gc(tcache_t *tc);

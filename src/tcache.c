@@ -563,6 +563,11 @@ void tcache_free_slow(tcache_t *tc, void *obj, unsigned cls) {
   tcache_debug_check(tc, "flush");
 }
 
+void tcache_free_uncached(void *obj, unsigned cls) {
+  freelist_mark(obj, NULL, freelist_key(obj));
+  central_insert(cls, obj, 1);
+}
+
 /* ---- process life, statistics ------------------------------------------------------------------ */
 
 void tcache_lock_for_fork(void) { fork_lock(&tcache_registry.lock, FORK_SLOT_REGISTRY); }

@@ -2,6 +2,7 @@
  * the budget bounds capacity; new threads get less budget as threads multiply; a thread's
  * cache goes back to the central lists when it exits. */
 #include <pthread.h>
+#include <string.h>
 
 #include "internal.h"
 #include "qmalloc.h"
@@ -36,10 +37,41 @@ static void *report_budget(void *arg) {
   return NULL;
 }
 
+/* realloc growing a block out of a class of 16 KiB or more sends the old one to its span, not this
+ * thread's cache (api.c, realloc_impl); moving it to a smaller class frees it as free does. */
+static void *test_realloc_growth(void *unused) {
+  (void)unused;
+  unsigned cls = sizeclass_of(20000);
+  size_t before[SIZECLASS_COUNT] = {0}, after[SIZECLASS_COUNT] = {0};
+  tcache_totals_t t;
+  char *p = qm_malloc(20000);
+  memset(p, 'g', 20000);
+  tcache_totals(&t, before, NULL, 0);
+  char *q = qm_realloc(p, 40000);
+  tcache_totals(&t, after, NULL, 0);
+  CHECK(q != NULL && q != p && q[0] == 'g' && q[19999] == 'g');
+  CHECK_MSG(after[cls] == before[cls], "the grown block's old place went to the thread cache (%zu -> %zu objects)",
+            before[cls], after[cls]);
+  char *r = qm_malloc(20000);
+  tcache_totals(&t, before, NULL, 0);
+  char *s = qm_realloc(r, 100); /* a shrink past half: moved, and cached as any free */
+  tcache_totals(&t, after, NULL, 0);
+  CHECK(s != NULL && s != r);
+  CHECK_EQ(after[cls], before[cls] + 1);
+  qm_free(q);
+  qm_free(s);
+  return NULL;
+}
+
 int main(void) {
   tcache_t *tc = &tcache_self;
   qm_free(qm_malloc(CLASS_SIZE));
   CHECK(tc->state == TCACHE_LIVE);
+  tc->next_gc_ms = UINT64_MAX; /* no timed collection (tcache_gc_if_due) in the middle of these checks */
+  pthread_t grower; /* a thread of its own: its budget goes back when it exits, for the checks below */
+  int created = pthread_create(&grower, NULL, test_realloc_growth, NULL);
+  if (created == 0) pthread_join(grower, NULL);
+  CHECK(created == 0); /* after the join: the counters are the thread's until then */
   unsigned cls = sizeclass_of(CLASS_SIZE);
   tcache_list_t *list = &tc->lists[cls];
 
