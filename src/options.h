@@ -65,8 +65,8 @@
  *   (malloc-test 1.41 against 1.14 of the best, server-mix 1.40 against 1.20, prodcons 1.21 against
  *   1.02): every sample took the page heap's lock for a page of its own, and the profiler's lock.
  *   Pages are now kept per thread (prof_pages.c; malloc-test 1.75 -> 1.31 of the best, sampling off
- *   1.00), but the profiler's lock remains. Off until a sample takes no global lock
- *   (docs/profiling.md). Accuracy goes the other way (a site's
+ *   1.00); what remains is the sample's own cost (the same with two processes as with two
+ *   threads), about what 256 pairs cost at 8 KiB. Off (docs/profiling.md). Accuracy goes the other way (a site's
  *   spread is 1/sqrt(live bytes / interval)), and a leak of L bytes is seen with probability
  *   1 - exp(-L / interval): at 8M a 4 MiB leak is missed 61% of the time, at 2M 14%. */
 #define OPTIONS_TABLE(X)                                                                           \
