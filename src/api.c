@@ -316,9 +316,10 @@ static block_t block_of(void *ptr, const char *call, bool freeing) {
     } else {
       span_t *span = __atomic_load_n(&leaf->spans[i], __ATOMIC_RELAXED);
       if (span != NULL && span->start == addr) {
-        if (span->state == SPAN_LARGE && span->sampled != PROF_PAGE_STASHED) return (block_t){0, span};
-        if (span->state == SPAN_LARGE && freeing) check_fail_double_free(call, ptr); /* a sampled block's page, kept */
-        if (span->state == SPAN_FREE_BACKED || span->state == SPAN_FREE_RELEASED)
+        /* A sampled block's page kept for the next sample (prof_pages.c) is no live block either. */
+        bool kept = span->state == SPAN_LARGE && span->sampled == PROF_PAGE_STASHED;
+        if (span->state == SPAN_LARGE && !kept) return (block_t){0, span};
+        if (span->state == SPAN_FREE_BACKED || span->state == SPAN_FREE_RELEASED || (kept && freeing))
           check_fail_double_free(call, ptr);
       }
     }
@@ -447,7 +448,7 @@ static void *realloc_impl(void *ptr, size_t size) {
   void *fresh = malloc_fast(size);
   if (fresh == NULL) return NULL; /* the old block stays valid, as C requires */
   memcpy(fresh, ptr, old < size ? old : size);
-  if (b.cls != 0 && size > old && old >= REALLOC_UNCACHED_MIN && !qm_hardened) {
+  if (b.cls != 0 && size > old && old >= REALLOC_UNCACHED_MIN) {
     /* A block that grew out of a large class: the program keeps growing it (a list, a buffer), so
      * the old one goes to its span rather than the thread cache, where it would wait for a request
      * of its size that does not come (python3 growing lists: 14 MB of peak RSS at scale 10 of
@@ -569,7 +570,7 @@ static QM_NOINLINE void *realloc_hardened(void *ptr, size_t size) {
   if (b.cls != 0) {
     old = harden_request_size(ptr, b.cls, "realloc()");
     if (size <= SMALL_MAX - HARDEN_TAIL && sizeclass_of(size + HARDEN_TAIL) == b.cls) {
-      harden_resize(ptr, b.cls, old, size);
+      harden_resize(ptr, b.cls, size);
       return ptr;
     }
   } else {

@@ -43,11 +43,10 @@ size_t harden_request_size(void *obj, unsigned cls, const char *call) {
   return harden_live_size(obj, sizeclass_size[cls], call);
 }
 
-/* From n_old to n bytes: the new canary is written, exactly [n, its end) (harden_write_tail's
- * vector may start below n, over what are here the program's bytes), and the new record. Nothing
- * else need hold the pattern while the block is live. */
-void harden_resize(void *obj, unsigned cls, size_t n_old, size_t n) {
-  (void)n_old;
+/* To n bytes: the new canary is written, exactly [n, its end) (harden_write_tail's vector may
+ * start below n, over what are here the program's bytes), and the new record. Nothing else need
+ * hold the pattern while the block is live. */
+void harden_resize(void *obj, unsigned cls, size_t n) {
   size_t slot = sizeclass_size[cls], record = slot - 8, end = n + HARDEN_CANARY_LEN < record ? n + HARDEN_CANARY_LEN : record;
   memset((char *)obj + n, HARDEN_PATTERN, end - n);
   __atomic_store_n(harden_last_word(obj, slot), harden_record(obj, n), __ATOMIC_RELAXED);
@@ -125,8 +124,7 @@ void harden_thread_exit(void) {
     while (rings[k]->count > 0) {
       unsigned cls;
       void *obj = harden_leave(rings[k], rings[k]->count - 1, &cls);
-      freelist_mark(obj, NULL, freelist_key(obj));
-      central_insert(cls, obj, 1);
+      tcache_free_uncached(obj, cls);
     }
   }
 }

@@ -107,8 +107,9 @@ void *tcache_alloc_slow(tcache_t *tc, unsigned cls);
 /* Slow half of free for a small object the fast path could not push (cache not live, list at
  * its maximum): pushes it and flushes as needed. */
 void tcache_free_slow(tcache_t *tc, void *obj, unsigned cls);
-/* Frees live obj of class cls to its span, not the thread cache: realloc's old block once moved to
- * a larger class (api.c), which the program will not ask for again. */
+/* Frees live obj of class cls straight to its span, past the thread cache: for an exiting thread
+ * (and its quarantine, harden.c), the class too small to cache, and realloc's old block once moved
+ * to a larger class (api.c), which the program will not ask for again. */
 void tcache_free_uncached(void *obj, unsigned cls);
 /* Seed 002's garbage collection: moves half of each list's low-water mark to the central lists
  * and gives the capacity they held back to the budget. */
@@ -202,9 +203,9 @@ __attribute__((noreturn)) QM_COLD void check_fail(const char *what, const void *
 /* The request size of live small block obj, read from its record, with the canary checked (else
  * "<call>: overflow past the end of the block", abort); a quarantined obj is an invalid pointer. */
 size_t harden_request_size(void *obj, unsigned cls, const char *call);
-/* Live obj of class cls now holds n bytes instead of n_old (realloc within its class): canary,
- * pattern and record rewritten. */
-void harden_resize(void *obj, unsigned cls, size_t n_old, size_t n);
+/* Live obj of class cls now holds n bytes (realloc within its class): its canary and record
+ * rewritten. */
+void harden_resize(void *obj, unsigned cls, size_t n);
 /* Thread exit (tcache.c): the quarantine's blocks go to the central lists; later frees skip it.
  * Takes central locks. */
 void harden_thread_exit(void);

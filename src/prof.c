@@ -133,7 +133,8 @@ static void prof_note_peak(void) {
 /* ---- numbers: no libm (the library's only new dependency is libgcc_s's unwinder) ----------- */
 
 /* ln(u) for u in (0, 1]: u = m * 2^e with m in [1, 2), ln m = 2 atanh(t), t = (m - 1) / (m + 1) in
- * [0, 1/3): the atanh series to t^15 (relative error below 1e-9), in Horner form with the
+ * [0, 1/3): the atanh series to t^15 (ln m within 1.5e-9 of itself over [1, 2), against Python's
+ * math.log at 200,000 points; the draws need far less), in Horner form with the
  * reciprocals as constants. One division per draw: the series with a division per term was 280
  * instructions of a sample's 2250 (callgrind, every 8 KiB malloc sampled). */
 static double prof_ln(double u) {
@@ -155,7 +156,8 @@ static double prof_ln(double u) {
 }
 
 /* 1 - exp(-x) for x >= 0 (the chance that a block of x sampling intervals is sampled): halve x
- * until it is below 1/8, where the Taylor series of exp(-x) - 1 to x^9 is exact to 1e-16 relative;
+ * until it is below 1/8, where the Taylor series of 1 - exp(-x) to x^9 leaves out less than 3e-15
+ * of it (x^10 / 10!; unit-prof checks the estimates against libm's expm1 to 1e-9);
  * then square back with (1 - a)^2 = 1 - (2a - a^2), which keeps the precision of a small result
  * (x = 16 / 2 MiB: 1 - exp(-x) computed as 1 - e would lose five digits). */
 static double prof_one_minus_exp_neg(double x) {

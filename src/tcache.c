@@ -405,12 +405,13 @@ static void tcache_maybe_reclaim_idle(uint64_t now) {
   if (due) central_drain_idle_transfer();
 }
 
-void tcache_housekeeping(void) {
+static void tcache_housekeeping_at(uint64_t now) {
   if (!init_done) return;
-  uint64_t now = os_now_ms();
   pageheap_maybe_decay(now);
   tcache_maybe_reclaim_idle(now);
 }
+
+void tcache_housekeeping(void) { tcache_housekeeping_at(os_now_ms()); }
 
 void tcache_gc(tcache_t *tc) {
   /* Seed 002: move half of each list's low-water mark L. Those L objects sat unused since the
@@ -438,20 +439,22 @@ void tcache_gc(tcache_t *tc) {
   tc->gc_runs++;
   /* Nothing to take back: don't rescan on each of the next growth attempts. */
   tc->gc_idle = reclaimed ? 0 : 32;
-  tcache_housekeeping();
 }
 
-/* A collection every TCACHE_GC_MS of a thread's slow paths, not only when a list needs budget: with
- * a large budget a busy thread's lists would otherwise keep everything they ever held (a server's
- * main thread: redis under redis-benchmark, 9.5 MB more peak RSS at tcache_max 16M than at 4M),
- * objects the central lists could hand to other classes' spans once their spans empty. What a
- * collection moves is half of each list's low-water mark, the objects no pop reached since the
- * last one, so the lists a thread is using keep what it uses. Measured (config.h, TCACHE_GC_MS). */
-static void tcache_gc_if_due(tcache_t *tc) {
+/* The end of an owner's refill or flush, on one clock read: a collection every TCACHE_GC_MS, not
+ * only when a list needs budget (with a large budget a busy thread's lists would otherwise keep
+ * everything they ever held: a server's main thread, redis under redis-benchmark, 9.5 MB more peak
+ * RSS at tcache_max 16M than at 4M, objects the central lists could hand to other classes' spans
+ * once their spans empty; a collection moves half of each list's low-water mark, the objects no
+ * pop reached since the last one, so the lists in use keep what they use. Measured: config.h),
+ * then the process's housekeeping. */
+static void tcache_slow_path_end(tcache_t *tc) {
   uint64_t now = os_now_ms();
-  if (now < tc->next_gc_ms) return;
-  tc->next_gc_ms = now + TCACHE_GC_MS;
-  tcache_gc(tc);
+  if (now >= tc->next_gc_ms) {
+    tc->next_gc_ms = now + TCACHE_GC_MS;
+    tcache_gc(tc);
+  }
+  tcache_housekeeping_at(now);
 }
 
 /* Raises a list's maximum by delta if the budget has room. When it has not: take budget nobody
@@ -519,8 +522,7 @@ void *tcache_alloc_slow(tcache_t *tc, unsigned cls) {
   void *obj = head;
   list->head = freelist_take(head);
   list_set_length(list, got - 1); /* the floor is 0: the list was empty */
-  tcache_gc_if_due(tc);
-  tcache_housekeeping();
+  tcache_slow_path_end(tc);
   tcache_debug_check(tc, "refill");
   return obj;
 }
@@ -530,9 +532,7 @@ void tcache_free_slow(tcache_t *tc, void *obj, unsigned cls) {
   if (cached && freelist_tagged(obj, freelist_key(obj))) check_fail_double_free("free()", obj);
   if (QM_UNLIKELY(tc->state != TCACHE_LIVE || !cached)) {
     if (tc->state == TCACHE_DEAD || !cached) {
-      if (cached) freelist_mark(obj, NULL, freelist_key(obj));
-      else *(void **)obj = NULL;
-      central_insert(cls, obj, 1);
+      tcache_free_uncached(obj, cls);
       return;
     }
     tcache_thread_init(tc);
@@ -558,13 +558,13 @@ void tcache_free_slow(tcache_t *tc, void *obj, unsigned cls) {
     tc->overages[cls] = 0;
     if (list->count > list->max_count) tcache_release(list, cls, list_length(list) - list_max(list));
   }
-  tcache_gc_if_due(tc);
-  tcache_housekeeping();
+  tcache_slow_path_end(tc);
   tcache_debug_check(tc, "flush");
 }
 
 void tcache_free_uncached(void *obj, unsigned cls) {
-  freelist_mark(obj, NULL, freelist_key(obj));
+  if (tcache_class_cached(cls)) freelist_mark(obj, NULL, freelist_key(obj));
+  else *(void **)obj = NULL; /* too small for a free tag (freelist.h) */
   central_insert(cls, obj, 1);
 }
 

@@ -131,6 +131,42 @@ static inline int tu_exec_self(char *const argv[], char *const envp[]) {
   return execve(args[0], args, envp != NULL ? envp : environ);
 }
 
+/* ---- what a dying child prints ------------------------------------------------------------------
+ * Runs body(arg) in a forked child with its stderr on a pipe (SIGABRT at its default, so that a
+ * fatal check ends it as in a program); puts what it printed in out (NUL-terminated, at most cap - 1
+ * bytes) and how it ended in *status. qemu-user (tests/cross) reports the abort on the same stderr
+ * after the child's own line: that line is cut off. Returns the length kept. */
+#include <errno.h>
+#include <signal.h>
+#include <sys/wait.h>
+static inline size_t tu_stderr_of_child(void (*body)(void *), void *arg, char *out, size_t cap, int *status) {
+  int fds[2];
+  out[0] = '\0';
+  *status = -1;
+  if (pipe(fds) != 0) return 0;
+  pid_t child = fork();
+  if (child == 0) {
+    close(fds[0]);
+    dup2(fds[1], 2);
+    signal(SIGABRT, SIG_DFL);
+    body(arg);
+    _exit(0);
+  }
+  close(fds[1]);
+  size_t n = 0;
+  for (ssize_t got; n < cap - 1 && ((got = read(fds[0], out + n, cap - 1 - n)) > 0 || (got < 0 && errno == EINTR));)
+    if (got > 0) n += (size_t)got;
+  out[n] = '\0';
+  close(fds[0]);
+  if (child > 0) waitpid(child, status, 0);
+  char *emulator_line = strstr(out, "\nqemu: uncaught target signal ");
+  if (emulator_line != NULL) {
+    emulator_line[1] = '\0';
+    n = (size_t)(emulator_line + 1 - out);
+  }
+  return n;
+}
+
 /* ---- whether RLIMIT_AS is enforced (added for issue 13) ----------------------------------------
  * A forked child limits its address space to what it uses plus 64 MiB and maps 256 MiB: the
  * kernel refuses; a user-mode emulator (qemu-user accepts setrlimit(RLIMIT_AS) and ignores it, the

@@ -231,35 +231,17 @@ static void test_printf(void) {
   CHECK(memcmp(got, first, strlen(first)) == 0);
 }
 
-/* Runs log_fatal in a child with fd 2 on a pipe; returns what it printed and how it died. */
+/* What log_fatal prints in a child (tu_stderr_of_child): variant 0 a short line, 1 one too long. */
+static void fatal_body(void *variant) {
+  if (*(int *)variant == 0) log_fatal("free(): invalid pointer %p", (void *)(uintptr_t)0x7f12345678f0ULL);
+  char big[2 * LOG_LINE_MAX];
+  memset(big, 'z', sizeof big - 1);
+  big[sizeof big - 1] = '\0';
+  log_fatal("long: %s", big);
+}
+
 static size_t fatal_in_child(char *out, size_t cap, int *status, int variant) {
-  int fds[2];
-  if (pipe(fds) != 0)
-    return 0;
-  pid_t child = fork();
-  if (child == 0) {
-    close(fds[0]);
-    dup2(fds[1], 2);
-    signal(SIGABRT, SIG_DFL);
-    if (variant == 0)
-      log_fatal("free(): invalid pointer %p", (void *)(uintptr_t)0x7f12345678f0ULL);
-    char big[2 * LOG_LINE_MAX];
-    memset(big, 'z', sizeof big - 1);
-    big[sizeof big - 1] = '\0';
-    log_fatal("long: %s", big);
-  }
-  close(fds[1]);
-  size_t n = read_all(fds[0], out, cap - 1);
-  out[n] = '\0';
-  close(fds[0]);
-  waitpid(child, status, 0);
-  /* qemu-user (tests/cross) reports the abort on the same stderr, after our line: not ours. */
-  char *emulator_line = strstr(out, "\nqemu: uncaught target signal ");
-  if (emulator_line != NULL) {
-    emulator_line[1] = '\0';
-    n = (size_t)(emulator_line + 1 - out);
-  }
-  return n;
+  return tu_stderr_of_child(fatal_body, &variant, out, cap, status);
 }
 
 static void test_fatal(void) {

@@ -63,6 +63,30 @@ static void *test_realloc_growth(void *unused) {
   return NULL;
 }
 
+/* The timed collection (tcache.c, TCACHE_GC_MS): the slow path that finds it due collects once and
+ * sets the next; one that does not find it due does not. */
+static void *test_timed_collection(void *unused) {
+  (void)unused;
+  tcache_t *tc = &tcache_self;
+  unsigned cls = sizeclass_of(3000);
+  void *objs[64];
+  for (int i = 0; i < 64; i++) objs[i] = qm_malloc(3000);
+  for (int i = 0; i < 64; i++) qm_free(objs[i]);
+  collect(tc); /* its low-water mark is now its length: the next collection moves half */
+  uint64_t runs = tc->gc_runs;
+  tc->next_gc_ms = UINT64_MAX;
+  qm_free(qm_malloc(100000)); /* a refill of an empty list: a slow path */
+  CHECK_EQ(tc->gc_runs, runs);
+  uint32_t held = list_length(&tc->lists[cls]);
+  CHECK(held > 0);
+  tc->next_gc_ms = 0; /* due */
+  qm_free(qm_malloc(150000)); /* another class's refill */
+  CHECK_EQ(tc->gc_runs, runs + 1);
+  CHECK(tc->next_gc_ms != 0 && tc->next_gc_ms != UINT64_MAX);
+  CHECK(list_length(&tc->lists[cls]) < held); /* half its low-water mark moved */
+  return NULL;
+}
+
 int main(void) {
   tcache_t *tc = &tcache_self;
   qm_free(qm_malloc(CLASS_SIZE));
@@ -72,6 +96,10 @@ int main(void) {
   int created = pthread_create(&grower, NULL, test_realloc_growth, NULL);
   if (created == 0) pthread_join(grower, NULL);
   CHECK(created == 0); /* after the join: the counters are the thread's until then */
+  pthread_t collector;
+  created = pthread_create(&collector, NULL, test_timed_collection, NULL);
+  if (created == 0) pthread_join(collector, NULL);
+  CHECK(created == 0);
   unsigned cls = sizeclass_of(CLASS_SIZE);
   tcache_list_t *list = &tc->lists[cls];
 
