@@ -306,7 +306,8 @@ static block_t block_of(void *ptr, const char *call, bool freeing) {
     uintptr_t entry = __atomic_load_n(&leaf->small[i], __ATOMIC_RELAXED);
     unsigned cls = pagemap_entry_class(entry);
     if (cls != 0) {
-      if ((addr - pagemap_entry_span_start(entry)) % sizeclass_size[cls] == 0) {
+      uint64_t offset = addr - pagemap_entry_span_start(entry), magic = sizeclass_magic[cls];
+      if (offset * magic < magic) { /* a multiple of the class size: free_fast's test, no division */
         if (sizeclass_size[cls] >= 16 && freelist_tagged(ptr, freelist_key(ptr))) {
           if (freeing) check_fail_double_free(call, ptr);
           check_fail_invalid(call, ptr);
@@ -457,7 +458,8 @@ static void *realloc_impl(void *ptr, size_t size) {
     tcache_free_uncached(ptr, b.cls);
     return fresh;
   }
-  free_fast(ptr, 0, 0);
+  if (b.cls != 0) free_push(ptr, b.cls); /* block_of found its class: no second page-map walk */
+  else free_fast(ptr, 0, 0);
   return fresh;
 }
 
