@@ -1,6 +1,6 @@
 /* Page heap: coalescing of free neighbours, aligned carving, decay releasing a span that is then
- * reused (and known zero), the retain cap, release of everything (trim), in-place growth of a
- * large block, and huge blocks as mappings of their own that mremap moves without copying. */
+ * reused (and known zero), the retain cap and its growth with the heap in use, release of
+ * everything (trim), in-place growth of a large block, and huge blocks as mappings of their own that mremap moves without copying. */
 #include <string.h>
 
 #include "internal.h"
@@ -74,6 +74,25 @@ int main(void) {
   pageheap_free(r);
   pageheap_stats(&after);
   CHECK_EQ(after.free_backed_bytes, 0);
+
+  /* The retain cap grows with the pages in use, up to twice retain_max: a block freed while as
+   * much is in use stays backed (reused without faults), and goes back once the heap shrinks.
+   * With the cap at retain_max alone, the first check fails. */
+  const size_t cap = 32 * PAGE_SIZE;
+  options_values[OPTION_RETAIN_MAX] = (long long)cap;
+  pageheap_release_all();
+  span_t *kept = pageheap_alloc(32, 1, 0, NULL), *turned = pageheap_alloc(48, 1, 0, NULL);
+  CHECK(kept != NULL && turned != NULL);
+  memset((void *)turned->start, 1, 48 * PAGE_SIZE);
+  pageheap_free(turned);
+  pageheap_stats(&after);
+  CHECK_MSG(after.free_backed_bytes >= 48 * PAGE_SIZE, "%zu KiB backed of a 384 KiB block freed under a 512 KiB cap",
+            after.free_backed_bytes >> 10);
+  pageheap_free(kept);
+  pageheap_stats(&after);
+  size_t in_use = after.small_span_bytes + after.large_bytes;
+  CHECK_MSG(after.free_backed_bytes <= cap + (in_use < cap ? in_use : cap), "%zu KiB backed, %zu KiB in use",
+            after.free_backed_bytes >> 10, in_use >> 10);
   options_values[OPTION_RETAIN_MAX] = (long long)1 << 40;
 
   /* Trim releases every backed page at once. */
