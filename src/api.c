@@ -18,7 +18,7 @@
 
 static void *malloc_slow(size_t size);
 static void *malloc_sample_slow(size_t size);
-static void free_slow(void *ptr, unsigned expected, size_t size);
+static void free_slow(void *ptr, bool sized, size_t size);
 static void free_push_slow(void *ptr, tcache_fast_list_t *list);
 /* The hardened build's malloc and free (qm_hardened: their own thread-cache paths, harden.h). */
 QM_INLINE void *malloc_hardened(size_t size);
@@ -175,10 +175,11 @@ QM_INLINE uint64_t sizeclass_magic_of_twice(size_t twice_cls) {
 
 /* free stays here when: the page map says ptr is on a page of a small span, at an object
  * boundary (one multiply rejects interior pointers, foreign pointers and non-small pages alike:
- * class 0's magic is 0), the class is `expected` if the caller named one (sized frees: the size
- * must name the block's real class, one compare), and free_push stays on its fast path. NULL,
- * large and invalid pointers go to free_slow. (size: the sized free's size, for its message.) */
-QM_INLINE void free_fast(void *ptr, unsigned expected, size_t size) {
+ * class 0's magic is 0), the class is `expected` for a sized free (the size must name the block's
+ * real class, one compare; 0, a size whose page of the class table is not filled yet, names
+ * none and goes the slow way), and free_push stays on its fast path. NULL, large and invalid
+ * pointers go to free_slow. (size: the sized free's size, for its message.) */
+QM_INLINE void free_fast(void *ptr, bool sized, unsigned expected, size_t size) {
   if (qm_hardened) {
     free_hardened(ptr, 0, false, "free()");
     return;
@@ -193,11 +194,11 @@ QM_INLINE void free_fast(void *ptr, unsigned expected, size_t size) {
   __asm__("" : "+r"(offset)); /* (addr + twice_cls) - entry: a lea and a subtract, not a copy and two */
   offset -= entry;
   uint64_t magic = sizeclass_magic_of_twice(twice_cls);
-  if (QM_LIKELY(offset * magic < magic && (expected == 0 || twice_cls == 2 * expected))) {
+  if (QM_LIKELY(offset * magic < magic && (!sized || twice_cls == 2 * expected))) {
     free_push_to(ptr, tcache_list_from(twice_cls * (sizeof(tcache_list_t) / 2), tls_offset));
     return;
   }
-  free_slow(ptr, expected, size);
+  free_slow(ptr, sized, size);
 }
 
 /* ================================ slow halves ================================================= */
@@ -368,10 +369,10 @@ static QM_NOINLINE QM_COLD __attribute__((noreturn)) void free_fail(void *ptr, c
 
 /* The free of a pointer free_fast could not handle: NULL, a large block, a sized free whose size
  * names another class, or something qmalloc did not hand out. */
-static QM_NOINLINE void free_slow(void *ptr, unsigned expected, size_t size) {
+static QM_NOINLINE void free_slow(void *ptr, bool sized, size_t size) {
   if (ptr == NULL) return;
-  block_t b = block_of(ptr, expected ? "free_sized()" : "free()", true);
-  if (expected != 0 && !block_named_by(b, size, 0)) check_fail_size("free_sized()", size, ptr);
+  block_t b = block_of(ptr, sized ? "free_sized()" : "free()", true);
+  if (sized && !block_named_by(b, size, 0)) check_fail_size("free_sized()", size, ptr);
   if (b.cls != 0) {
     free_push(ptr, b.cls);
   } else {
@@ -417,7 +418,7 @@ static void *realloc_impl(void *ptr, size_t size) {
   if (qm_hardened) return realloc_hardened(ptr, size);
   if (ptr == NULL) return malloc_fast(size);
   if (size == 0) { /* glibc: frees and returns NULL */
-    free_fast(ptr, 0, 0);
+    free_fast(ptr, false, 0, 0);
     return NULL;
   }
   block_t b = block_of(ptr, "realloc()", false);
@@ -459,7 +460,7 @@ static void *realloc_impl(void *ptr, size_t size) {
     return fresh;
   }
   if (b.cls != 0) free_push(ptr, b.cls); /* block_of found its class: no second page-map walk */
-  else free_fast(ptr, 0, 0);
+  else free_fast(ptr, false, 0, 0);
   return fresh;
 }
 
@@ -605,7 +606,7 @@ static QM_NOINLINE size_t usable_hardened(void *ptr) {
 
 QM_EXPORT void *qm_malloc(size_t size) { return malloc_fast(size); }
 
-QM_EXPORT void qm_free(void *ptr) { free_fast(ptr, 0, 0); }
+QM_EXPORT void qm_free(void *ptr) { free_fast(ptr, false, 0, 0); }
 
 QM_EXPORT void *qm_calloc(size_t count, size_t size) { return calloc_impl(count, size); }
 
@@ -688,7 +689,7 @@ QM_EXPORT void qm_free_sized(void *ptr, size_t size) {
     return;
   }
   if (QM_LIKELY(size <= SMALL_MAX)) {
-    free_fast(ptr, sizeclass_of(size), size);
+    free_fast(ptr, true, sizeclass_of_if_filled(size), size);
     return;
   }
   free_sized_slow(ptr, size, 0);

@@ -16,7 +16,7 @@
 #include "options.h"
 #include "types.h"
 
-/* ---- sizeclass.c: read-only after sizeclass_init ---- */
+/* ---- sizeclass.c: read-only after sizeclass_init, but for the lookup table's lazy pages ---- */
 #define SIZECLASS_LOOKUP_SLOTS (SMALL_MAX / 8 + 1)
 /* class << 4: the byte offset of the class's list in tcache_t.lists (16-byte lists, types.h) */
 #define SIZECLASS_LOOKUP_SHIFT 4
@@ -27,8 +27,24 @@ extern uint64_t sizeclass_magic[SIZECLASS_COUNT];
 extern uint16_t sizeclass_batch[SIZECLASS_COUNT];
 /* Requires n <= SMALL_MAX. */
 QM_INLINE size_t sizeclass_slot(size_t n) { return (n + 7) >> 3; }
-QM_INLINE unsigned sizeclass_of(size_t n) { return sizeclass_lookup[sizeclass_slot(n)] >> SIZECLASS_LOOKUP_SHIFT; }
-QM_INLINE size_t sizeclass_list_offset_of(size_t n) { return sizeclass_lookup[sizeclass_slot(n)]; }
+/* The table is filled a page of it at a time (SIZECLASS_LOOKUP_CHUNK slots): the first, requests
+ * up to 16 KiB, at init, each other one when a request first falls in it (sizeclass_fill). Until
+ * then its entries are 0, class 0, whose thread-cache list is always empty: malloc's fast path
+ * goes to its slow path, which fills the page. Relaxed atomic loads (plain loads on x86-64 and
+ * AArch64): another thread may be filling the page, with the same values. */
+#define SIZECLASS_LOOKUP_CHUNK (4096 / sizeof(uint16_t))
+QM_INLINE size_t sizeclass_list_offset_of(size_t n) {
+  return __atomic_load_n(&sizeclass_lookup[sizeclass_slot(n)], __ATOMIC_RELAXED);
+}
+/* The class of n, or 0 if its page of the table is not filled yet (the sized free's fast path:
+ * a 0 matches no block's class, and its slow path asks sizeclass_of). */
+QM_INLINE unsigned sizeclass_of_if_filled(size_t n) { return (unsigned)(sizeclass_list_offset_of(n) >> SIZECLASS_LOOKUP_SHIFT); }
+/* Fills the page of the table that holds n's slot; returns n's class. */
+unsigned sizeclass_fill(size_t n);
+QM_INLINE unsigned sizeclass_of(size_t n) {
+  unsigned cls = sizeclass_of_if_filled(n);
+  return QM_LIKELY(cls != 0) ? cls : sizeclass_fill(n);
+}
 /* Fills batches and divisibility constants; patches the tiny slots for min_align 8 or 16. */
 void sizeclass_init(unsigned min_align, unsigned batch_max);
 /* The smallest class that can hold `size` bytes at an `alignment`-aligned address, or 0. */

@@ -3,12 +3,12 @@
  * afterwards, so no lock. Does not decide anything about caching: see tcache.c and central.c. */
 #include "internal.h"
 
-/* One entry per 8-byte step of request size up to SMALL_MAX (64 KiB of table, of which a program
- * touches the lines of the sizes it uses): one load, no branch on the size range. Each entry is
- * class << SIZECLASS_LOOKUP_SHIFT, the offset of the class's list in a thread cache, so that malloc
- * finds its list without a shift (one instruction, measured with make fastpath). All zero until
- * sizeclass_init, and class 0's thread-cache list is always empty, so a malloc before init goes
- * to the slow path, which initializes. */
+/* One entry per 8-byte step of request size up to SMALL_MAX (64 KiB of table): one load, no branch
+ * on the size range. Each entry is class << SIZECLASS_LOOKUP_SHIFT, the offset of the class's list
+ * in a thread cache, so that malloc finds its list without a shift (one instruction, measured with
+ * make fastpath). Filled a page at a time (internal.h): filled whole at init, all 64 KiB were
+ * resident in every process; now a program keeps the pages of the sizes it asks for (one, for
+ * most). 0 until filled: a malloc before init goes to the slow path, which initializes. */
 uint16_t sizeclass_lookup[SIZECLASS_LOOKUP_SLOTS];
 
 #define SIZECLASS_SIZE_ROW(cls, size, pages) [cls] = size,
@@ -24,6 +24,16 @@ uint16_t sizeclass_batch[SIZECLASS_COUNT];
  * same test rejects pages that are not small-object pages. */
 static uint64_t sizeclass_divisibility_magic(uint32_t d) { return UINT64_MAX / d + 1; }
 
+/* The page of the table from slot `first` (a multiple of SIZECLASS_LOOKUP_CHUNK): each slot gets
+ * the smallest class from `cls` up that holds its size. Concurrent fills store the same values. */
+static void sizeclass_fill_slots(size_t first, unsigned cls) {
+  size_t end = first + SIZECLASS_LOOKUP_CHUNK < SIZECLASS_LOOKUP_SLOTS ? first + SIZECLASS_LOOKUP_CHUNK : SIZECLASS_LOOKUP_SLOTS;
+  for (size_t slot = first; slot < end; slot++) {
+    while (sizeclass_size[cls] < slot * 8) cls++;
+    __atomic_store_n(&sizeclass_lookup[slot], (uint16_t)(cls << SIZECLASS_LOOKUP_SHIFT), __ATOMIC_RELAXED);
+  }
+}
+
 void sizeclass_init(unsigned min_align, unsigned batch_max) {
   for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
     uint32_t size = sizeclass_size[cls];
@@ -34,11 +44,14 @@ void sizeclass_init(unsigned min_align, unsigned batch_max) {
     sizeclass_magic[cls] = sizeclass_divisibility_magic(size);
   }
   /* Requests of 0..8 bytes (slots 0 and 1) use the 8-byte class only when asked. */
-  unsigned cls = min_align == 8 ? SIZECLASS_EIGHT : SIZECLASS_EIGHT + 1;
-  for (size_t slot = 0; slot < SIZECLASS_LOOKUP_SLOTS; slot++) {
-    while (sizeclass_size[cls] < slot * 8) cls++;
-    sizeclass_lookup[slot] = (uint16_t)(cls << SIZECLASS_LOOKUP_SHIFT);
-  }
+  sizeclass_fill_slots(0, min_align == 8 ? SIZECLASS_EIGHT : SIZECLASS_EIGHT + 1);
+}
+
+unsigned sizeclass_fill(size_t n) {
+  size_t first = sizeclass_slot(n) / SIZECLASS_LOOKUP_CHUNK * SIZECLASS_LOOKUP_CHUNK;
+  /* Above the first page no slot reaches the 8-byte class, whatever min_align says. */
+  if (first != 0) sizeclass_fill_slots(first, SIZECLASS_EIGHT + 1);
+  return sizeclass_of_if_filled(n);
 }
 
 unsigned sizeclass_for_aligned(size_t size, size_t alignment) {

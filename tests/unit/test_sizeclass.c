@@ -1,12 +1,41 @@
 /* Size classes: the generated table's invariants (monotonic, 16-byte multiples, smallest fit),
- * the waste bound above 128 bytes, cache-line starts for multiples of 64, and the 8-byte class
- * being used only when min_align is 8. */
+ * the waste bound above 128 bytes, cache-line starts for multiples of 64, the 8-byte class
+ * being used only when min_align is 8, and the lookup table's pages filled on first use. */
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+
 #include "internal.h"
 #include "qmalloc.h"
 #include "testutil.h"
 
+/* A sized free of a 32-byte block with a size whose page of the table is still unfilled. */
+static void free_sized_unfilled_body(void *block) { qm_free_sized(block, SMALL_MAX - 20000); }
+
 int main(void) {
   init_process();
+  /* The table's pages above the first are filled when a size first falls in one: 0 before (the
+   * fast path's way to the slow one), the class after. A sized free whose size falls in an
+   * unfilled page is judged on the real class, not on the 0: accepted for its block (slot 32768,
+   * the last page, while malloc filled the page before it), stopped for another. */
+  const size_t late = SMALL_MAX - 1000;
+  CHECK_EQ(sizeclass_of_if_filled(late), 0);
+  CHECK_EQ(sizeclass_of_if_filled(SMALL_MAX), 0);
+  CHECK_EQ(sizeclass_of_if_filled(SMALL_MAX - 20000), 0);
+  void *big = qm_malloc(late);
+  CHECK(big != NULL);
+  CHECK(sizeclass_of_if_filled(late) != 0 && sizeclass_size[sizeclass_of_if_filled(late)] >= late);
+  CHECK_EQ(sizeclass_of_if_filled(SMALL_MAX), 0);
+  qm_free_sized(big, SMALL_MAX);
+  CHECK_EQ(sizeclass_size[sizeclass_of_if_filled(SMALL_MAX)], SMALL_MAX);
+  void *small = qm_malloc(32);
+  char out[512];
+  int status;
+  tu_stderr_of_child(free_sized_unfilled_body, small, out, sizeof out, &status);
+  CHECK_MSG(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && strstr(out, "does not match the block") != NULL,
+            "free_sized with a size in an unfilled page of the table: status %d, stderr \"%s\"", status, out);
+  qm_free(small);
+
   CHECK(sizeclass_check());
   CHECK(SIZECLASS_COUNT - 1 <= 255); /* classes fit the page map's 8 bits */
   CHECK_EQ(sizeclass_size[sizeclass_of(SMALL_MAX)], SMALL_MAX);
