@@ -82,6 +82,9 @@ unsigned prof_stack_capture(uintptr_t *frames, unsigned skip);
 unsigned prof_stack_capture_libgcc(uintptr_t *frames, unsigned skip);
 /* How many frame rules were read from the DWARF call-frame information so far (tests). */
 uint64_t prof_unwind_rules_read(void);
+/* Finds libgcc's unwinder (in the process, else by opening libgcc_s.so.1) once; false if there is
+ * none. Called by prof_start when sampling is on, and by the captures. */
+bool prof_unwind_load(void);
 /* A fork child: the rule table's writer lock may have been held by a thread that is gone. */
 void prof_unwind_fork_child(void);
 

@@ -2,7 +2,7 @@
  * frame pointers (Debian's binaries have none) and without allocating. On x86-64 each frame is
  * stepped with a rule cached per return address (where the frame's CFA is, where the caller's
  * return address and rbp were saved), read once from the DWARF call-frame information that libgcc
- * finds (_Unwind_Find_FDE) and kept in a lock-free table: a stack of known sites costs a few
+ * finds (_Unwind_Find_FDE, loaded at run time: below) and kept in a lock-free table: a stack of known sites costs a few
  * loads per frame instead of libgcc's ~2,000 instructions of FDE search and CFA interpretation.
  * Anything the rule cannot say (a CFA given by an expression, a signal frame, a register moved
  * to another, another architecture) goes back to libgcc's _Unwind_Backtrace for the whole stack.
@@ -11,12 +11,55 @@
  * Limit: a rule is never forgotten, so code unloaded by dlclose and other code loaded at the
  * same address would be stepped with the old rules (the walk's checks stop it at a frame that
  * makes no sense, it never reads outside [sp, sp + PROF_UNWIND_MAX_FRAME] of the current frame). */
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <unwind.h>
 
 #include "internal.h"
 #include "prof.h"
+
+/* ---- libgcc's unwinder, found at run time ------------------------------------------------------
+ * Weak references, so that linking qmalloc does not make libgcc_s a dependency: a C program
+ * would load it for nothing but samples it does not take (70-100 KiB resident, measured with
+ * /proc/self/smaps: half of what qmalloc adds to a small process). Where the program has libgcc
+ * already (C++ programs, a static link with libgcc_eh), the references resolve at load; otherwise
+ * prof_unwind_load opens libgcc_s.so.1, at start when sampling is on (prof_start), or at the first
+ * sample if sampling was turned on later. Without it, samples keep no stack. */
+#pragma weak _Unwind_Backtrace
+#pragma weak _Unwind_GetIP
+struct dwarf_eh_bases; /* what libgcc fills in with an FDE (prof_rule_read) */
+extern const void *_Unwind_Find_FDE(void *pc, struct dwarf_eh_bases *bases) __attribute__((weak));
+
+static _Unwind_Reason_Code (*unwind_backtrace)(_Unwind_Trace_Fn, void *);
+static _Unwind_Ptr (*unwind_get_ip)(struct _Unwind_Context *);
+static const void *(*unwind_find_fde)(void *, struct dwarf_eh_bases *);
+static bool unwind_loaded; /* stored (release) once the three above are set, or found missing */
+static pthread_mutex_t unwind_load_lock = PTHREAD_MUTEX_INITIALIZER;
+
+bool prof_unwind_load(void) {
+  if (QM_LIKELY(__atomic_load_n(&unwind_loaded, __ATOMIC_ACQUIRE))) return unwind_backtrace != NULL;
+  /* Another thread is loading it (or was, in the parent of a fork): this sample goes without a
+   * stack rather than wait. */
+  if (pthread_mutex_trylock(&unwind_load_lock) != 0) return false;
+  if (!__atomic_load_n(&unwind_loaded, __ATOMIC_RELAXED)) {
+    void *backtrace = (void *)_Unwind_Backtrace, *get_ip = (void *)_Unwind_GetIP, *find_fde = (void *)_Unwind_Find_FDE;
+    if (backtrace == NULL || get_ip == NULL || find_fde == NULL) {
+      void *lib = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL);
+      backtrace = lib ? dlsym(lib, "_Unwind_Backtrace") : NULL;
+      get_ip = lib ? dlsym(lib, "_Unwind_GetIP") : NULL;
+      find_fde = lib ? dlsym(lib, "_Unwind_Find_FDE") : NULL;
+      if (backtrace == NULL || get_ip == NULL || find_fde == NULL) backtrace = get_ip = find_fde = NULL;
+    }
+    unwind_backtrace = (_Unwind_Reason_Code(*)(_Unwind_Trace_Fn, void *))backtrace;
+    unwind_get_ip = (_Unwind_Ptr(*)(struct _Unwind_Context *))get_ip;
+    unwind_find_fde = (const void *(*)(void *, struct dwarf_eh_bases *))find_fde;
+    __atomic_store_n(&unwind_loaded, true, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&unwind_load_lock);
+  return unwind_backtrace != NULL;
+}
 
 /* ---- the slow, general way: libgcc's unwinder, frame by frame -------------------------------- */
 
@@ -28,7 +71,7 @@ typedef struct prof_unwind_s {
 static _Unwind_Reason_Code prof_unwind_frame(struct _Unwind_Context *ctx, void *arg) {
   prof_unwind_t *u = arg;
   if (QM_UNLIKELY(prof_test_unwind_hook != NULL)) prof_test_unwind_hook();
-  uintptr_t ip = (uintptr_t)_Unwind_GetIP(ctx);
+  uintptr_t ip = (uintptr_t)unwind_get_ip(ctx);
   if (ip == 0) return _URC_END_OF_STACK;
   if (u->skip > 0) {
     u->skip--;
@@ -42,7 +85,8 @@ static _Unwind_Reason_Code prof_unwind_frame(struct _Unwind_Context *ctx, void *
  * than the frames counted from this function's caller. */
 QM_NOINLINE unsigned prof_stack_capture_libgcc(uintptr_t *frames, unsigned skip) {
   prof_unwind_t u = {frames, 0, skip + 1};
-  _Unwind_Backtrace(prof_unwind_frame, &u);
+  if (!prof_unwind_load()) return 0;
+  unwind_backtrace(prof_unwind_frame, &u);
   __asm__ volatile("" ::: "memory"); /* not a tail call: the frame must stay for the count above */
   return u.depth;
 }
@@ -90,7 +134,6 @@ static size_t prof_rule_home(uintptr_t key) { return (size_t)((key * 0x9E3779B97
 struct dwarf_eh_bases {
   void *tbase, *dbase, *func;
 };
-extern const void *_Unwind_Find_FDE(void *pc, struct dwarf_eh_bases *bases);
 
 typedef struct cfi_reader_s {
   const uint8_t *at, *end;
@@ -246,7 +289,7 @@ static bool cfi_run(cfi_reader_t *r, cfi_state_t *s, const cfi_program_t *cie, u
 /* The rule of the frame whose return address is key + 1, or RULE_GENERAL. */
 static uint64_t prof_rule_read(uintptr_t key) {
   struct dwarf_eh_bases bases;
-  const uint8_t *fde = _Unwind_Find_FDE((void *)key, &bases);
+  const uint8_t *fde = unwind_find_fde((void *)key, &bases);
   if (fde == NULL) return RULE_END; /* no unwind information: libgcc would stop here too */
   uint32_t len, cie_delta;
   memcpy(&len, fde, 4);
@@ -374,6 +417,7 @@ static QM_NOINLINE int prof_stack_walk(uintptr_t *frames, unsigned skip) {
 }
 
 QM_NOINLINE unsigned prof_stack_capture(uintptr_t *frames, unsigned skip) {
+  if (QM_UNLIKELY(!prof_unwind_load())) return 0; /* no libgcc: no rules to step with */
   int depth = prof_stack_walk(frames, skip);
   if (depth < 0) depth = (int)prof_stack_capture_libgcc(frames, skip + 1);
   __asm__ volatile("" ::: "memory"); /* not a tail call: the frame counts in `skip` */
