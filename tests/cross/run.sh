@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # qmalloc on aarch64: builds the library and its unit, API and stress tests with Debian's cross
 # compiler (cmake/toolchain-aarch64-linux-gnu.cmake) in a build directory of its own, and runs each
-# test under qemu-user. Fails if any test fails. It does not run the preload and mtbench tests
-# (they drive host tools: python, the shell, LD_PRELOAD of host programs).
+# test under qemu-user; then the death tests (tests/preload/test_death.sh) with the aarch64 default
+# and hardened libraries preloaded into the guest, which run the hardened build's checks in their
+# portable form (harden.h: not SSE2). Fails if any test fails. It does not run the other preload
+# and mtbench tests (they drive host tools: python, LD_PRELOAD of host programs).
 # Installs gcc/g++-aarch64-linux-gnu, qemu-user and the arm64 libc when missing (as root); exits 77
 # (CTest: skipped) with the reason printed only where they cannot be installed.
 # Registered in CTest as cross-aarch64 (CMakeLists.txt), so `make test` runs it.
@@ -47,7 +49,7 @@ if ! cmake -S "$src" -B "$build" -DCMAKE_TOOLCHAIN_FILE="$src/cmake/toolchain-aa
      >"$build/configure.log" 2>&1; then
   cat "$build/configure.log"; say "FAIL: cmake could not configure the aarch64 build"; exit 1
 fi
-if ! cmake --build "$build" -j "$jobs" --target "${tests[@]}" >"$build/build.log" 2>&1; then
+if ! cmake --build "$build" -j "$jobs" --target "${tests[@]}" qmalloc_hardened preload_bad_free >"$build/build.log" 2>&1; then
   tail -40 "$build/build.log"; say "FAIL: the aarch64 build failed (log: $build/build.log)"; exit 1
 fi
 readelf -h "$build/libqmalloc.so" 2>/dev/null | grep -q 'Machine: *AArch64' ||
@@ -120,7 +122,15 @@ for t in "${tests[@]}"; do
     printf '%s\n' "$out" | tail -40 | sed 's/^/    /'
   fi
 done
-say "emulated run: ${#tests[@]} tests in $((SECONDS - run_started)) s ($jobs at a time)"
+death_started=$SECONDS
+if QMALLOC_SO=$build/libqmalloc.so QM_HARDENED_SO=$build/libqmalloc-hardened.so QM_TEST_BIN=$build/tests/preload \
+   bash "$src/tests/preload/test_death.sh" >"$build/results/death.out" 2>&1; then
+  passed+=(preload-death); say "ok   preload-death ($((SECONDS - death_started)) s): $(tail -1 "$build/results/death.out")"
+else
+  failed+=(preload-death); say "FAIL preload-death ($((SECONDS - death_started)) s)"
+  grep -v '^PASS' "$build/results/death.out" | tail -40 | sed 's/^/    /'
+fi
+say "emulated run: ${#tests[@]} tests and the death tests in $((SECONDS - run_started)) s ($jobs at a time)"
 ((${#failed[@]} == 0)) || say "failed: ${failed[*]}"
 echo "cross-aarch64: ${#passed[@]} passed, ${#failed[@]} failed, ${#skipped[@]} skipped"
 ((${#failed[@]} == 0))
