@@ -425,6 +425,12 @@ static void *realloc_impl(void *ptr, size_t size) {
   size_t old = block_usable(b);
   if (b.cls != 0) {
     if (size <= SMALL_MAX && sized_free_names(b.cls, size)) return ptr; /* in place */
+  } else if (b.span->sampled && size <= old && old <= 2 * size && ((size + PAGE_MASK) >> PAGE_SHIFT) == b.span->npages) {
+    /* A sampled block (whole pages whatever its size) keeps its place down to half, as a block of
+     * a class does, while the new size needs all its pages (so that a sized free of the new size
+     * names it, block_named_by): whether a block was sampled should not change what realloc does. */
+    prof_resized(ptr, ptr, size);
+    return ptr;
   } else if (size > SMALL_MAX && size <= PTRDIFF_MAX) {
     size_t npages = (size + PAGE_MASK) >> PAGE_SHIFT;
     void *same = NULL;

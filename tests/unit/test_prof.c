@@ -315,6 +315,20 @@ static void test_sampled_block_api(void) {
   p = realloc(p, 150); /* moves to an unsampled block: the sample goes */
   CHECK(p != NULL && p[0] == 'x' && p[99] == 'x');
   CHECK_EQ(totals().live_samples, before.live_samples + 2);
+  /* Shrunk within its page (down to half of it), a sampled block stays in place, as a block of a
+   * class does, and its sample's size follows; a sized free of the new size names it. */
+  set_rate("1");
+  char *w = prof_test_site(PAGE_SIZE - 100);
+  set_rate("0");
+  prof_totals_t whole = totals();
+  char *w2 = realloc(w, PAGE_SIZE / 2 + 1);
+  CHECK_MSG(w2 == w, "a sampled block shrunk within its page moved (%p -> %p)", (void *)w, (void *)w2);
+  CHECK(pagemap_span((uintptr_t)w2)->sampled == 1);
+  CHECK_EQ(totals().live_samples, whole.live_samples);
+  CHECK_MSG(totals().live_est_bytes < whole.live_est_bytes, "estimate %llu after the shrink, %llu before",
+            (unsigned long long)totals().live_est_bytes, (unsigned long long)whole.live_est_bytes);
+  qm_free_sized(w2, PAGE_SIZE / 2 + 1);
+  CHECK_EQ(totals().live_samples, whole.live_samples - 1);
   qm_free_sized(q, 200); /* the page map decides, not the size's class */
   CHECK_EQ(totals().live_samples, before.live_samples + 1);
   qm_free_sized(r, 5000);
