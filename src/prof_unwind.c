@@ -46,7 +46,11 @@ bool prof_unwind_load(void) {
   if (!__atomic_load_n(&unwind_loaded, __ATOMIC_RELAXED)) {
     void *backtrace = (void *)_Unwind_Backtrace, *get_ip = (void *)_Unwind_GetIP, *find_fde = (void *)_Unwind_Find_FDE;
     if (backtrace == NULL || get_ip == NULL || find_fde == NULL) {
-      void *lib = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL);
+      /* dlopen found through dlsym, not named: a -static link (whose libc.a brings libgcc_eh's
+       * unwinder anyway, resolving the references above) would otherwise draw glibc's link-time
+       * warning about dlopen; there dlsym finds none and this is skipped. */
+      void *(*open_lib)(const char *, int) = (void *(*)(const char *, int))dlsym(RTLD_DEFAULT, "dlopen");
+      void *lib = open_lib != NULL ? open_lib("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL) : NULL; /* kept open */
       backtrace = lib ? dlsym(lib, "_Unwind_Backtrace") : NULL;
       get_ip = lib ? dlsym(lib, "_Unwind_GetIP") : NULL;
       find_fde = lib ? dlsym(lib, "_Unwind_Find_FDE") : NULL;
