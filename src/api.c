@@ -489,7 +489,9 @@ static QM_NOINLINE void *malloc_hardened_slow(size_t size) {
 QM_INLINE void *malloc_hardened(size_t size) {
   if (QM_LIKELY(size - 1 < SMALL_MAX - HARDEN_TAIL)) { /* 1 .. SMALL_MAX - HARDEN_TAIL */
     void *obj = malloc_cached(size + HARDEN_TAIL, tcache_tls_offset());
-    return obj ? harden_handout(obj, sizeclass_of(size + HARDEN_TAIL), size) : NULL;
+    /* The table's page of this size is filled: malloc_cached found a class through it, or its
+     * slow path filled it. */
+    return obj ? harden_handout(obj, sizeclass_of_if_filled(size + HARDEN_TAIL), size) : NULL;
   }
   return malloc_hardened_slow(size);
 }
