@@ -382,7 +382,7 @@ static uint64_t prof_rule_of(uintptr_t key) {
 
 uint64_t prof_unwind_rules_read(void) { return __atomic_load_n(&prof_rules_filled, __ATOMIC_RELAXED); }
 
-void prof_unwind_fork_child(void) { prof_rules_writer = 0; }
+static void prof_rules_fork_child(void) { prof_rules_writer = 0; }
 
 /* ---- the walk ---------------------------------------------------------------------------------- */
 
@@ -431,7 +431,7 @@ QM_NOINLINE unsigned prof_stack_capture(uintptr_t *frames, unsigned skip) {
 #else /* other architectures: libgcc's unwinder for every sample */
 
 uint64_t prof_unwind_rules_read(void) { return 0; }
-void prof_unwind_fork_child(void) {}
+static void prof_rules_fork_child(void) {}
 
 QM_NOINLINE unsigned prof_stack_capture(uintptr_t *frames, unsigned skip) {
   unsigned depth = prof_stack_capture_libgcc(frames, skip + 1);
@@ -440,3 +440,10 @@ QM_NOINLINE unsigned prof_stack_capture(uintptr_t *frames, unsigned skip) {
 }
 
 #endif
+
+/* A fork child: the loader's lock and the rule table's writer lock may have been held by a thread
+ * that is gone. */
+void prof_unwind_fork_child(void) {
+  pthread_mutex_init(&unwind_load_lock, NULL);
+  prof_rules_fork_child();
+}
