@@ -85,7 +85,8 @@ uint64_t prof_unwind_rules_read(void);
 /* Finds libgcc's unwinder (in the process, else by opening libgcc_s.so.1) once; false if there is
  * none. Called by prof_start when sampling is on, and by the captures. */
 bool prof_unwind_load(void);
-/* A fork child: the rule table's writer lock may have been held by a thread that is gone. */
+/* A fork child: the rule table's writer lock and the unwinder's loading lock may have been held by a
+ * thread that is gone. */
 void prof_unwind_fork_child(void);
 
 /* ---- prof_pages.c: the one-page spans of freed sampled blocks, kept per thread, no lock ---- */
