@@ -19,7 +19,7 @@ PAGE = 1 << PAGE_SHIFT
 SMALL_MAX = 256 * 1024
 MAX_SPAN_PAGES = 32
 BATCH_BYTES = 64 * 1024  # a transfer batch moves about this many bytes ...
-BATCH_MAX = 32           # ... but never more than this many objects (the transfer_batch option)
+BATCH_MAX = 16           # ... but never more than this many objects (the transfer_batch option)
 
 
 def batch_objects(size):

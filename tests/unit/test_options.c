@@ -153,7 +153,7 @@ static void test_table(void) {
   /* The names the core relies on, with the defaults the core chose. */
   CHECK_EQ(options_table[OPTION_TCACHE_MAX].def, 16LL << 20);
   CHECK_EQ(options_table[OPTION_TCACHE_TOTAL].def, 32LL << 20);
-  CHECK_EQ(options_table[OPTION_TRANSFER_BATCH].def, 32);
+  CHECK_EQ(options_table[OPTION_TRANSFER_BATCH].def, 16);
   CHECK_EQ(options_table[OPTION_DECAY_MS].def, 10000);
   CHECK_EQ(options_table[OPTION_RETAIN_MAX].def, 64LL << 20);
   CHECK_EQ(options_table[OPTION_RELEASE_LARGE].def, 32LL << 20);
@@ -346,7 +346,7 @@ static void test_warning_text(void) {
   CHECK(strstr(out, "qmalloc: warning: QMALLOC_VERBOSE=maybe is not valid "
                     "(expected 0/1, true/false, yes/no, on/off); using false\n"));
   CHECK(strstr(out, "qmalloc: warning: QMALLOC_TRANSFER_BATCH=0 is not valid "
-                    "(expected an integer 1..1024); using 32\n"));
+                    "(expected an integer 1..1024); using 16\n"));
   CHECK_EQ(count_lines(out), 3);
 
   /* A hostile value stays on one line and is cut short. */

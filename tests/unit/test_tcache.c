@@ -199,9 +199,10 @@ int main(void) {
   CHECK_EQ(totals_after.threads, totals_before.threads);
   CHECK_EQ(totals_after.bytes, totals_before.bytes);
 
-  /* Budget shrinks as threads multiply: with a 1 MiB total, the first threads get the starting
-   * size and later ones only the minimum. */
-  options_values[OPTION_TCACHE_TOTAL] = 1 << 20;
+  /* Budget shrinks as threads multiply: with 1 MiB left to claim, the first threads get the
+   * starting size and later ones only the minimum. (This thread keeps what it claimed above,
+   * which depends on the batch sizes: the total is set 1 MiB above it.) */
+  options_values[OPTION_TCACHE_TOTAL] = (long long)(tcache_self.max_size + (1 << 20));
   tcache_budget_init();
   pthread_barrier_init(&all_started, NULL, 17);
   pthread_barrier_init(&may_exit, NULL, 17);
