@@ -28,6 +28,17 @@ class Job:
     def key(self):
         return (self.bench.name, tuple(sorted(self.params.items())))
 
+    def extra_env(self):
+        """The allocator's variables for this run. Where qmalloc's statistics at exit would be
+        another process's (the real family: each process of the tree prints its own line, and the
+        launcher's comes last), QMALLOC_STATS is left out: the report cannot use them, and a
+        measured program that checks its children's stderr fails on them (python3's test_json, in
+        the paper preset's python-tests)."""
+        env = dict(self.allocator.extra_env)
+        if not self.bench.own_stats and qmstats.requested(env):
+            del env["QMALLOC_STATS"]
+        return env
+
 
 def plan(preset, benches, allocators, repeat):
     """The ordered job list: repetitions outermost, then benchmark, point, allocator; the
@@ -59,13 +70,17 @@ def run_one(job, bin_dir, timeout_s):
     """Runs one job to completion and returns its record (see store.py)."""
     exe = os.path.join(bin_dir, job.bench.name)
     argv = [exe] + argv_for(job.params)
+    extra_env = job.extra_env()
     record = {"bench": job.bench.name, "allocator": job.allocator.name, "params": job.params, "rep": job.rep,
-              "argv": argv, "ld_preload": job.allocator.path, "env": dict(job.allocator.extra_env)}
-    wants_stats = qmstats.requested(job.allocator.extra_env)
+              "argv": argv, "ld_preload": job.allocator.path, "env": extra_env}
+    wants_stats = qmstats.requested(extra_env)
+    env = job.allocator.env()
+    for name in set(job.allocator.extra_env) - set(extra_env):
+        del env[name]
     with tempfile.TemporaryFile("w+b") as out, tempfile.NamedTemporaryFile("w+b") as err:
         start = time.monotonic()
         # A session of its own, so a timeout or Ctrl-C can kill the child and anything it forked.
-        proc = subprocess.Popen(argv, env=job.allocator.env(), stdin=subprocess.DEVNULL, stdout=out,
+        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=err, start_new_session=True)
         timed_out = threading.Event()
 
