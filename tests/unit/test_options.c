@@ -154,7 +154,7 @@ static void test_table(void) {
   CHECK_EQ(options_table[OPTION_TCACHE_MAX].def, 16LL << 20);
   CHECK_EQ(options_table[OPTION_TCACHE_TOTAL].def, 32LL << 20);
   CHECK_EQ(options_table[OPTION_TRANSFER_BATCH].def, 16);
-  CHECK_EQ(options_table[OPTION_DECAY_MS].def, 10000);
+  CHECK_EQ(options_table[OPTION_DECAY_MS].def, 250);
   CHECK_EQ(options_table[OPTION_RETAIN_MAX].def, 64LL << 20);
   CHECK_EQ(options_table[OPTION_RELEASE_LARGE].def, 32LL << 20);
   CHECK_EQ(options_table[OPTION_MIN_ALIGN].def, QM_MIN_ALIGN_DEFAULT);
@@ -310,23 +310,23 @@ static void test_warning_text(void) {
   capture_begin();
   options_set("decay_ms", 8, "abc", 3, "QMALLOC_DECAY_MS");
   CHECK_MSG(strcmp(capture_end(), "qmalloc: warning: QMALLOC_DECAY_MS=abc is not valid "
-                                  "(expected milliseconds 0..3600000 or never); using 10000\n") == 0,
+                                  "(expected milliseconds 0..3600000 or never); using 250\n") == 0,
             "got \"%s\"", captured);
 
   clear_qmalloc_environment();
   setenv("QMALLOC_DECAY_MS", "abc", 1);
   const char *out = reinit();
   CHECK_MSG(strcmp(out, "qmalloc: warning: QMALLOC_DECAY_MS=abc is not valid "
-                        "(expected milliseconds 0..3600000 or never); using 10000\n") == 0,
+                        "(expected milliseconds 0..3600000 or never); using 250\n") == 0,
             "got \"%s\"", out);
-  CHECK_EQ(option(OPTION_DECAY_MS), 10000);
+  CHECK_EQ(option(OPTION_DECAY_MS), 250);
   CHECK(options_source(OPTION_DECAY_MS) == NULL);
 
   clear_qmalloc_environment();
   setenv("QMALLOC_OPTIONS", "decay_ms=abc", 1);
   out = reinit();
   CHECK_MSG(strcmp(out, "qmalloc: warning: QMALLOC_OPTIONS: decay_ms=abc is not valid "
-                        "(expected milliseconds 0..3600000 or never); using 10000\n") == 0,
+                        "(expected milliseconds 0..3600000 or never); using 250\n") == 0,
             "got \"%s\"", out);
 
   clear_qmalloc_environment();
@@ -371,7 +371,7 @@ static void test_warning_text(void) {
   CHECK(strstr(out, "qmalloc: warning: unknown variable QMALLOC_decay_ms ignored "
                     "(options are listed in docs/options.md)\n"));
   CHECK_EQ(count_lines(out), 2);
-  CHECK_EQ(option(OPTION_DECAY_MS), 10000);
+  CHECK_EQ(option(OPTION_DECAY_MS), 250);
 }
 
 /* ---- the environment ----------------------------------------------------------------------------- */
@@ -386,7 +386,7 @@ static void test_environment(void) {
   const char *out = reinit();
   CHECK_MSG(out[0] == '\0', "unexpected output: %s", out);
   CHECK_EQ(option(OPTION_TCACHE_MAX), 1 << 20);
-  CHECK_EQ(option(OPTION_DECAY_MS), 10000);
+  CHECK_EQ(option(OPTION_DECAY_MS), 250);
   CHECK(strcmp(options_source(OPTION_TCACHE_MAX), "QMALLOC_TCACHE_MAX") == 0);
   unsetenv("XQMALLOC_DECAY_MS");
 
@@ -500,7 +500,7 @@ static void test_verbose_dump(void) {
   }
   CHECK(strstr(out, "= true     (default false; set by QMALLOC_VERBOSE)\n") != NULL);
   CHECK(strstr(out, "= 1M       (default 16M; set by QMALLOC_TCACHE_MAX)\n") != NULL);
-  CHECK(strstr(out, "qmalloc: option decay_ms       = 10000    (default)\n") != NULL);
+  CHECK(strstr(out, "qmalloc: option decay_ms       = 250      (default)\n") != NULL);
 }
 
 /* Whatever options_print and the docs show is accepted back by options_set. */
