@@ -39,12 +39,14 @@ class Allocator:
     origin: str = ""      # "system", "this repository", "installed", "command line"
     extra_env: dict = field(default_factory=dict)   # set in the child's environment besides LD_PRELOAD
 
-    def env(self, base=None):
+    def env(self, base=None, extra_env=None):
+        """The child's environment: base (os.environ), this allocator's preload, and extra_env
+        (this allocator's own variables unless a run narrows them, runner.Job.extra_env)."""
         env = dict(os.environ if base is None else base)
         env.pop("LD_PRELOAD", None)
         if self.path:
             env["LD_PRELOAD"] = self.path
-        env.update(self.extra_env)
+        env.update(self.extra_env if extra_env is None else extra_env)
         return env
 
     def to_json(self):

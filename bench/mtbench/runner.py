@@ -74,13 +74,10 @@ def run_one(job, bin_dir, timeout_s):
     record = {"bench": job.bench.name, "allocator": job.allocator.name, "params": job.params, "rep": job.rep,
               "argv": argv, "ld_preload": job.allocator.path, "env": extra_env}
     wants_stats = qmstats.requested(extra_env)
-    env = job.allocator.env()
-    for name in set(job.allocator.extra_env) - set(extra_env):
-        del env[name]
     with tempfile.TemporaryFile("w+b") as out, tempfile.NamedTemporaryFile("w+b") as err:
         start = time.monotonic()
         # A session of its own, so a timeout or Ctrl-C can kill the child and anything it forked.
-        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
+        proc = subprocess.Popen(argv, env=job.allocator.env(extra_env=extra_env), stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=err, start_new_session=True)
         timed_out = threading.Event()
 

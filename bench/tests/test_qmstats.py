@@ -116,6 +116,7 @@ class EnvironmentTest(unittest.TestCase):
         self.assertFalse(benchmarks.BENCHMARKS["real"].own_stats)
         self.assertEqual(real.extra_env(), {})
         self.assertEqual(own.extra_env(), {"QMALLOC_STATS": "2"})
+        self.assertNotIn("QMALLOC_STATS", qm.env({"PATH": "/bin"}, extra_env=real.extra_env()))
 
 
 class OpCountTest(unittest.TestCase):

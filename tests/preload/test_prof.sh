@@ -4,7 +4,8 @@
 #    QMALLOC_PROF_DUMP and QMALLOC_PROF_SIGNAL=12: the exit line, four profiles (leak, peak,
 #    allocated, and the one SIGUSR2 wrote mid-run) that google-pprof reads; the leak report holds
 #    exactly leak_here's two stacks, and google-pprof attributes all of it to leak_here;
-#  - python3 building a large dict: the peak profile it writes at exit parses too.
+#  - python3 building a large dict: the peak profile it writes at exit parses too;
+#  - libgcc_s is loaded into a C program only when sampling is on.
 # google-pprof comes from Debian's google-perftools, installed here when missing (as root); if it
 # cannot be installed the reader checks are skipped with the reason printed, the rest still runs.
 set -u
@@ -105,4 +106,12 @@ if [[ -n $PY ]]; then
 else
   fail "python3 not found"
 fi
+# ---- libgcc's unwinder is loaded only for sampling (src/prof_unwind.c) --------------------------
+# cat, a C program, maps its own /proc/self/maps: without sampling qmalloc must not have brought
+# libgcc_s in (70-100 KiB resident for nothing); with sampling on it must have (the stacks above).
+n_off=$(LD_PRELOAD=$QMALLOC_SO QMALLOC_PROF_SAMPLE=0 cat /proc/self/maps | grep -c 'libgcc_s')
+n_on=$(LD_PRELOAD=$QMALLOC_SO QMALLOC_PROF_SAMPLE=2M cat /proc/self/maps | grep -c 'libgcc_s')
+if [[ $n_off -eq 0 && $n_on -gt 0 ]]; then pass "libgcc_s is mapped with sampling on only ($n_on mappings on, 0 off)"
+else fail "libgcc_s mappings: $n_off with sampling off (expected 0), $n_on with it on (expected some)"; fi
+
 finish

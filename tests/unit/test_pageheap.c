@@ -1,6 +1,7 @@
 /* Page heap: coalescing of free neighbours, aligned carving, decay releasing a span that is then
  * reused (and known zero), the retain cap and its growth with the heap in use, release of
- * everything (trim), in-place growth of a large block, and huge blocks as mappings of their own that mremap moves without copying. */
+ * everything (trim), in-place growth of a large block, and huge blocks as mappings of their own
+ * that mremap moves without copying. */
 #include <string.h>
 
 #include "internal.h"
