@@ -28,57 +28,57 @@
   X( 19,    320,  1) /*    25 objs, tail  2.3%, worst  9.7% */ \
   X( 20,    352,  1) /*    23 objs, tail  1.2%, worst  8.8% */ \
   X( 21,    384,  1) /*    21 objs, tail  1.6%, worst  8.1% */ \
-  X( 22,    416,  1) /*    19 objs, tail  3.5%, worst  7.5% */ \
+  X( 22,    416,  2) /*    39 objs, tail  1.0%, worst  7.5% */ \
   X( 23,    448,  1) /*    18 objs, tail  1.6%, worst  6.9% */ \
   X( 24,    480,  1) /*    17 objs, tail  0.4%, worst  6.5% */ \
   X( 25,    512,  1) /*    16 objs, tail  0.0%, worst  6.1% */ \
   X( 26,    576,  1) /*    14 objs, tail  1.6%, worst 10.9% */ \
-  X( 27,    640,  1) /*    12 objs, tail  6.2%, worst  9.8% */ \
-  X( 28,    704,  1) /*    11 objs, tail  5.5%, worst  8.9% */ \
-  X( 29,    768,  1) /*    10 objs, tail  6.2%, worst  8.2% */ \
-  X( 30,    832,  1) /*     9 objs, tail  8.6%, worst  7.6% */ \
+  X( 27,    640,  2) /*    25 objs, tail  2.3%, worst  9.8% */ \
+  X( 28,    704,  2) /*    23 objs, tail  1.2%, worst  8.9% */ \
+  X( 29,    768,  2) /*    21 objs, tail  1.6%, worst  8.2% */ \
+  X( 30,    832,  2) /*    19 objs, tail  3.5%, worst  7.6% */ \
   X( 31,    896,  1) /*     9 objs, tail  1.6%, worst  7.0% */ \
-  X( 32,    960,  1) /*     8 objs, tail  6.2%, worst  6.6% */ \
+  X( 32,    960,  2) /*    17 objs, tail  0.4%, worst  6.6% */ \
   X( 33,   1024,  1) /*     8 objs, tail  0.0%, worst  6.2% */ \
   X( 34,   1152,  2) /*    14 objs, tail  1.6%, worst 11.0% */ \
-  X( 35,   1280,  2) /*    12 objs, tail  6.2%, worst  9.9% */ \
-  X( 36,   1408,  2) /*    11 objs, tail  5.5%, worst  9.0% */ \
-  X( 37,   1536,  2) /*    10 objs, tail  6.2%, worst  8.3% */ \
-  X( 38,   1664,  2) /*     9 objs, tail  8.6%, worst  7.6% */ \
+  X( 35,   1280,  3) /*    19 objs, tail  1.0%, worst  9.9% */ \
+  X( 36,   1408,  4) /*    23 objs, tail  1.2%, worst  9.0% */ \
+  X( 37,   1536,  3) /*    16 objs, tail  0.0%, worst  8.3% */ \
+  X( 38,   1664,  4) /*    19 objs, tail  3.5%, worst  7.6% */ \
   X( 39,   1792,  2) /*     9 objs, tail  1.6%, worst  7.1% */ \
-  X( 40,   1920,  2) /*     8 objs, tail  6.2%, worst  6.6% */ \
+  X( 40,   1920,  4) /*    17 objs, tail  0.4%, worst  6.6% */ \
   X( 41,   2048,  2) /*     8 objs, tail  0.0%, worst  6.2% */ \
-  X( 42,   2304,  3) /*    10 objs, tail  6.2%, worst 11.1% */ \
-  X( 43,   2560,  3) /*     9 objs, tail  6.2%, worst 10.0% */ \
-  X( 44,   2816,  3) /*     8 objs, tail  8.3%, worst  9.1% */ \
+  X( 42,   2304,  4) /*    14 objs, tail  1.6%, worst 11.1% */ \
+  X( 43,   2560,  5) /*    16 objs, tail  0.0%, worst 10.0% */ \
+  X( 44,   2816,  6) /*    17 objs, tail  2.6%, worst  9.1% */ \
   X( 45,   3072,  3) /*     8 objs, tail  0.0%, worst  8.3% */ \
-  X( 46,   3328,  4) /*     9 objs, tail  8.6%, worst  7.7% */ \
+  X( 46,   3328,  7) /*    17 objs, tail  1.3%, worst  7.7% */ \
   X( 47,   3584,  4) /*     9 objs, tail  1.6%, worst  7.1% */ \
-  X( 48,   3840,  4) /*     8 objs, tail  6.2%, worst  6.6% */ \
+  X( 48,   3840,  8) /*    17 objs, tail  0.4%, worst  6.6% */ \
   X( 49,   4096,  4) /*     8 objs, tail  0.0%, worst  6.2% */ \
-  X( 50,   4608,  5) /*     8 objs, tail 10.0%, worst 11.1% */ \
+  X( 50,   4608,  9) /*    16 objs, tail  0.0%, worst 11.1% */ \
   X( 51,   5120,  5) /*     8 objs, tail  0.0%, worst 10.0% */ \
-  X( 52,   5632,  6) /*     8 objs, tail  8.3%, worst  9.1% */ \
+  X( 52,   5632, 11) /*    16 objs, tail  0.0%, worst  9.1% */ \
   X( 53,   6144,  6) /*     8 objs, tail  0.0%, worst  8.3% */ \
-  X( 54,   6656,  7) /*     8 objs, tail  7.1%, worst  7.7% */ \
+  X( 54,   6656, 13) /*    16 objs, tail  0.0%, worst  7.7% */ \
   X( 55,   7168,  7) /*     8 objs, tail  0.0%, worst  7.1% */ \
-  X( 56,   7680,  8) /*     8 objs, tail  6.2%, worst  6.7% */ \
+  X( 56,   7680, 15) /*    16 objs, tail  0.0%, worst  6.7% */ \
   X( 57,   8192,  8) /*     8 objs, tail  0.0%, worst  6.2% */ \
   X( 58,   9216,  8) /*     7 objs, tail  1.6%, worst 11.1% */ \
-  X( 59,  10240,  8) /*     6 objs, tail  6.2%, worst 10.0% */ \
+  X( 59,  10240, 10) /*     8 objs, tail  0.0%, worst 10.0% */ \
   X( 60,  11264,  7) /*     5 objs, tail  1.8%, worst  9.1% */ \
-  X( 61,  12288,  8) /*     5 objs, tail  6.2%, worst  8.3% */ \
-  X( 62,  13312,  7) /*     4 objs, tail  7.1%, worst  7.7% */ \
+  X( 61,  12288,  9) /*     6 objs, tail  0.0%, worst  8.3% */ \
+  X( 62,  13312, 13) /*     8 objs, tail  0.0%, worst  7.7% */ \
   X( 63,  14336,  7) /*     4 objs, tail  0.0%, worst  7.1% */ \
-  X( 64,  15360,  8) /*     4 objs, tail  6.2%, worst  6.7% */ \
+  X( 64,  15360, 15) /*     8 objs, tail  0.0%, worst  6.7% */ \
   X( 65,  16384,  8) /*     4 objs, tail  0.0%, worst  6.2% */ \
-  X( 66,  18432,  7) /*     3 objs, tail  3.6%, worst 11.1% */ \
-  X( 67,  20480,  8) /*     3 objs, tail  6.2%, worst 10.0% */ \
-  X( 68,  22528,  6) /*     2 objs, tail  8.3%, worst  9.1% */ \
+  X( 66,  18432,  9) /*     4 objs, tail  0.0%, worst 11.1% */ \
+  X( 67,  20480, 10) /*     4 objs, tail  0.0%, worst 10.0% */ \
+  X( 68,  22528, 11) /*     4 objs, tail  0.0%, worst  9.1% */ \
   X( 69,  24576,  6) /*     2 objs, tail  0.0%, worst  8.3% */ \
-  X( 70,  26624,  7) /*     2 objs, tail  7.1%, worst  7.7% */ \
+  X( 70,  26624, 13) /*     4 objs, tail  0.0%, worst  7.7% */ \
   X( 71,  28672,  7) /*     2 objs, tail  0.0%, worst  7.1% */ \
-  X( 72,  30720,  8) /*     2 objs, tail  6.2%, worst  6.7% */ \
+  X( 72,  30720, 15) /*     4 objs, tail  0.0%, worst  6.7% */ \
   X( 73,  32768,  8) /*     2 objs, tail  0.0%, worst  6.2% */ \
   X( 74,  36864,  9) /*     2 objs, tail  0.0%, worst 11.1% */ \
   X( 75,  40960, 10) /*     2 objs, tail  0.0%, worst 10.0% */ \

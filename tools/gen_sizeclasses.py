@@ -9,7 +9,9 @@ Why these classes:
 - Every class size is a multiple of 16, so every object is 16-byte aligned; a class whose size is
   a multiple of 64 starts each object on a cache line, because spans start on a page boundary.
 - Pages per span: the fewest pages whose tail waste is at most 1/8 of the span and that hold at
-  least one transfer batch (so a refill needs one span), capped at MAX_SPAN_PAGES.
+  least one transfer batch (so a refill needs one span), capped at MAX_SPAN_PAGES; then, for a
+  tail over 1/32 of the span, up to twice as many pages when that at least halves the tail's
+  share (least_waste_pages).
 - No class is merged into its neighbour even when both get the same span: merging would break the
   12.5% waste bound, and a list costs a thread cache only 24 bytes.
 Usage: tools/gen_sizeclasses.py > src/sizeclass_table.h   (tests/unit/test_sizeclass.c checks it)
@@ -36,14 +38,32 @@ def candidate_sizes():
     return sizes
 
 
+def tail_waste(size, pages):
+    span = pages * PAGE
+    return span - span // size * size
+
+
 def pages_for(size):
     want = min(batch_objects(size), 8)
     for pages in range(1, MAX_SPAN_PAGES + 1):
         span = pages * PAGE
         objs = span // size
-        if objs >= 1 and span - objs * size <= span // 8 and objs >= min(want, max(1, (MAX_SPAN_PAGES * PAGE) // size)):
-            return pages
+        if objs >= 1 and tail_waste(size, pages) <= span // 8 and objs >= min(want, max(1, (MAX_SPAN_PAGES * PAGE) // size)):
+            return least_waste_pages(size, pages)
     raise SystemExit(f"no span size fits class {size}")
+
+
+def least_waste_pages(size, fewest):
+    """When the fewest pages waste more than 1/32 of the span in their tail, the span of up to twice
+    as many pages whose tail wastes the smallest share, if that at least halves it. The tail is
+    memory that holds nothing: sqlite's 4,368-byte page-cache entries went to 5-page spans of
+    eight 4,608-byte objects, which wasted 10% of its heap; in 9 pages sixteen fit exactly."""
+    def share(pages):
+        return tail_waste(size, pages) / (pages * PAGE)
+    if share(fewest) <= 1 / 32:
+        return fewest
+    best = min(range(fewest, min(MAX_SPAN_PAGES, 2 * fewest) + 1), key=lambda pages: (share(pages), pages))
+    return best if share(best) <= share(fewest) / 2 else fewest
 
 
 def classes():
