@@ -121,13 +121,37 @@ static void prof_counts_sub(prof_counts_t *c, const prof_sample_t *s) {
   c->est_objects_x1024 -= s->est_objects_x1024;
 }
 
-/* The peak is kept as it passes: each time the estimated live bytes exceed the last peak, every
- * stack's live counts are copied to its peak counts (one pass over the stacks, once per sample
- * at most, and samples are one per rate bytes). */
-static void prof_note_peak(void) {
+/* The peak is kept as it passes, at no more than a stack's own update per sample: each time the
+ * estimated live bytes pass the last peak, a new peak epoch begins, and a stack's counts at that
+ * moment are its live counts until it next changes. So a stack copies live to peak only when it
+ * changes for the first time in an epoch (prof_touch, before the change), and a dump of the peak
+ * brings every stack up to the current epoch first (prof_peak_sync). The copy of every stack's
+ * counts at each new peak that this replaces cost 7,000 instructions a sample with 1,580 stacks
+ * in a growing heap (callgrind), six times the sample itself. Requires prof_lock, as all below. */
+static uint64_t prof_peak_epoch;
+
+static void prof_touch(prof_stack_t *s) {
+  if (s->peak_epoch == prof_peak_epoch) return;
+  s->peak = s->live;
+  s->peak_epoch = prof_peak_epoch;
+}
+
+/* After a change of `changed`, which prof_touch'ed it: a new peak when the total passed the last. */
+static void prof_note_peak(prof_stack_t *changed) {
   if (prof_total.live_est_bytes <= prof_total.peak_est_bytes) return;
   prof_total.peak_est_bytes = prof_total.live_est_bytes;
-  for (prof_stack_t *s = prof_stacks; s != NULL; s = s->next_in_list) s->peak = s->live;
+  prof_peak_epoch++;
+  changed->peak = changed->live;
+  changed->peak_epoch = prof_peak_epoch;
+}
+
+static void prof_peak_sync(void) {
+  for (prof_stack_t *s = prof_stacks; s != NULL; s = s->next_in_list) prof_touch(s);
+}
+
+static bool prof_dump_locked(int fd, prof_kind_t kind) {
+  if (kind == PROF_KIND_PEAK) prof_peak_sync();
+  return prof_dump_write(fd, kind, prof_stacks, (uint64_t)option(OPTION_PROF_SAMPLE));
 }
 
 /* ---- numbers: no libm (the library's only new dependency is libgcc_s's unwinder) ----------- */
@@ -315,12 +339,13 @@ QM_NOINLINE void prof_record(void *ptr, size_t size) {
     size_t b = prof_live_bucket(s->ptr);
     s->next = prof_live_buckets[b];
     prof_live_buckets[b] = s;
+    prof_touch(stack);
     prof_counts_add(&stack->live, s);
     prof_counts_add(&stack->allocated, s);
     prof_total.samples_taken++;
     prof_total.live_samples++;
     prof_total.live_est_bytes += est;
-    prof_note_peak();
+    prof_note_peak(stack);
   }
   self->inside = false;
   prof_unlock();
@@ -336,6 +361,7 @@ void prof_forget(void *ptr) {
   prof_sample_t *s = *at;
   if (s != NULL) {
     *at = s->next;
+    prof_touch(s->stack);
     prof_counts_sub(&s->stack->live, s);
     prof_total.live_samples--;
     prof_total.live_est_bytes -= s->est_bytes;
@@ -358,9 +384,11 @@ void prof_resized(void *was, void *now, size_t size) {
     *at = s->next;
     uint64_t est = prof_estimate_bytes(size, (uint64_t)option(OPTION_PROF_SAMPLE) ? (uint64_t)option(OPTION_PROF_SAMPLE) : 1);
     /* Unsigned differences: a shrink wraps around and back. */
+    prof_touch(s->stack);
     s->stack->live.sampled_bytes += size - s->size;
     s->stack->live.est_bytes += est - s->est_bytes;
     prof_total.live_est_bytes += est - s->est_bytes;
+    prof_note_peak(s->stack);
     s->size = size;
     s->est_bytes = est;
     s->ptr = (uintptr_t)now;
@@ -390,7 +418,7 @@ bool prof_dump_fd(int fd, prof_kind_t kind) {
   bool was_inside = self->inside;
   self->inside = true;
   pthread_mutex_lock(&prof_lock);
-  bool ok = prof_dump_write(fd, kind, prof_stacks, (uint64_t)option(OPTION_PROF_SAMPLE));
+  bool ok = prof_dump_locked(fd, kind);
   self->inside = was_inside;
   prof_unlock();
   return ok;
@@ -402,7 +430,7 @@ bool prof_dump_fd(int fd, prof_kind_t kind) {
 static bool prof_dump_path(const char *path, prof_kind_t kind, bool locked) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return false;
-  bool ok = locked ? prof_dump_write(fd, kind, prof_stacks, (uint64_t)option(OPTION_PROF_SAMPLE)) : prof_dump_fd(fd, kind);
+  bool ok = locked ? prof_dump_locked(fd, kind) : prof_dump_fd(fd, kind);
   if (close(fd) != 0) ok = false;
   return ok;
 }
@@ -494,9 +522,11 @@ static void prof_fork_child(void) {
   for (prof_stack_t *s = prof_stacks; s != NULL; s = s->next_in_list) {
     memset(&s->live, 0, sizeof s->live);
     memset(&s->peak, 0, sizeof s->peak);
+    s->peak_epoch = 0;
     memset(&s->allocated, 0, sizeof s->allocated);
   }
   memset(&prof_total, 0, sizeof prof_total);
+  prof_peak_epoch = 0;
   prof_dump_pending = 0;
   prof_unwind_fork_child();
   fork_unlock(&prof_lock, FORK_SLOT_PROF, true);

@@ -27,6 +27,7 @@ typedef struct prof_stack_s {
   uint32_t depth;
   uintptr_t frames[PROF_MAX_FRAMES];
   prof_counts_t live, peak, allocated;
+  uint64_t peak_epoch; /* the heap's peak this stack's `peak` belongs to (prof.c, prof_touch) */
 } prof_stack_t;
 
 typedef enum { PROF_KIND_LIVE = 0, PROF_KIND_PEAK, PROF_KIND_ALLOCATED } prof_kind_t;

@@ -4,7 +4,7 @@
  * called malloc; the unwinder may allocate (a hook inside its frame callback does) without
  * recursing into the profiler; a dump requested by the signal while the profiler runs is deferred,
  * not deadlocked, and written when it leaves; sampled blocks work with realloc, malloc_usable_size and sized
- * frees; the peak is kept; a thread that exits with live samples leaves them valid; a fork child
+ * frees; the peak is kept, per stack as it was at the last peak; a thread that exits with live samples leaves them valid; a fork child
  * starts with an empty profile and can free what it inherited. */
 #include <math.h>
 #include <pthread.h>
@@ -467,6 +467,74 @@ static void test_peak(void) {
   CHECK_EQ(with_site, 0);
 }
 
+void *prof_test_peak_site_x(size_t n);
+void *prof_test_peak_site_y(size_t n);
+
+/* Samples in the peak profile's stacks through site: its first 64 bytes, or up to the other site
+ * of this test where that comes first (the two are small and may sit side by side). */
+static unsigned long long peak_samples_through(void *(*site)(size_t)) {
+  dump(QM_PROF_PEAK, dump_buf, sizeof dump_buf);
+  uintptr_t lo = (uintptr_t)site, hi = lo + 64;
+  uintptr_t other = (uintptr_t)(site == prof_test_peak_site_x ? prof_test_peak_site_y : prof_test_peak_site_x);
+  if (other > lo && other < hi) hi = other;
+  unsigned long long samples = 0;
+  for (const char *line = strchr(dump_buf, '\n'); line != NULL && line[1] != '\0' && line[1] != '\n';) {
+    line++;
+    const char *at = strchr(line, '@'), *end = strchr(line, '\n');
+    for (const char *p = at ? strstr(at, " 0x") : NULL; p != NULL && p < end; p = strstr(p + 1, " 0x")) {
+      uintptr_t pc = (uintptr_t)strtoull(p + 1, NULL, 16);
+      if (pc >= lo && pc < hi) {
+        samples += strtoull(line, NULL, 10);
+        break;
+      }
+    }
+    line = end;
+  }
+  return samples;
+}
+
+__attribute__((noinline)) void *prof_test_peak_site_x(size_t n) {
+  void *p = malloc(n);
+  __asm__ volatile("" ::: "memory");
+  return p;
+}
+
+__attribute__((noinline)) void *prof_test_peak_site_y(size_t n) {
+  void *p = malloc(n + 1);
+  __asm__ volatile("" ::: "memory");
+  return p;
+}
+
+/* The peak is kept per stack lazily (a stack copies its live counts when it first changes after a
+ * new peak, prof_touch): each stack must show its own count at the last peak, whether it changed
+ * after it, was created after it, or never changed since. Blocks of 256 KiB, far above what the
+ * other tests keep live, so that each new peak here is set by this test's blocks. */
+static void test_peak_per_stack(void) {
+  const size_t big = 256 << 10;
+  set_rate("1");
+  void *x[4], *y[3];
+  for (int i = 0; i < 4; i++) x[i] = prof_test_peak_site_x(big); /* the peak: x 4 */
+  free(x[3]);
+  free(x[2]); /* x changes after the peak: 2 live */
+  y[0] = prof_test_peak_site_y(big); /* y is new after it; 3 blocks live, below the 4 of the peak */
+  set_rate("0");
+  CHECK_EQ(peak_samples_through(prof_test_peak_site_x), 4);
+  CHECK_EQ(peak_samples_through(prof_test_peak_site_y), 0);
+  set_rate("1");
+  y[1] = prof_test_peak_site_y(big);
+  y[2] = prof_test_peak_site_y(big); /* 5 live: a new peak, x unchanged since its frees */
+  set_rate("0");
+  CHECK_EQ(peak_samples_through(prof_test_peak_site_x), 2);
+  CHECK_EQ(peak_samples_through(prof_test_peak_site_y), 3);
+  free(x[0]); /* x and y change after the peak: it stays as it was */
+  free(y[2]);
+  CHECK_EQ(peak_samples_through(prof_test_peak_site_x), 2);
+  CHECK_EQ(peak_samples_through(prof_test_peak_site_y), 3);
+  free(x[1]);
+  free(y[0]);
+  free(y[1]);
+}
+
 /* ---- thread exit and fork ---------------------------------------------------------------------- */
 
 static void *thread_body(void *arg) {
@@ -531,6 +599,7 @@ int main(void) {
   test_unwinder_allocates();
   test_signal_inside_profiler();
   test_peak(); /* before any large sample: the peak must be the one it makes */
+  test_peak_per_stack();
   test_sampled_block_api();
   test_kept_pages();
   test_thread_exit();
