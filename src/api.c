@@ -173,6 +173,22 @@ QM_INLINE uint64_t sizeclass_magic_of_twice(size_t twice_cls) {
 #endif
 }
 
+/* The same from this thread's copy (tcache_t.magic): %fs, the cache's TLS offset free holds
+ * already, and the scaled index, in one load. No memory operand: naming tcache_self.magic made
+ * GCC load the TLS offset a second time to form it. The copy is written once, at the thread's
+ * init, before which it reads 0 (the slow path); so a value the compiler kept from earlier is
+ * either that 0 or the value itself, never wrong. */
+QM_INLINE uint64_t tcache_magic_of_twice(size_t twice_cls, uintptr_t tls_offset) {
+#if QM_FAST_LIST_IN_FS
+  uint64_t magic;
+  __asm__("movq %%fs:%c3(%1,%2,4), %0" : "=r"(magic) : "r"(tls_offset), "r"(twice_cls), "i"(offsetof(tcache_t, magic)));
+  return magic;
+#else
+  (void)tls_offset;
+  return tcache_self.magic[twice_cls / 2];
+#endif
+}
+
 /* free stays here when: the page map says ptr is on a page of a small span, at an object
  * boundary (one multiply rejects interior pointers, foreign pointers and non-small pages alike:
  * class 0's magic is 0), the class is `expected` for a sized free (the size must name the block's
@@ -193,7 +209,7 @@ QM_INLINE void free_fast(void *ptr, bool sized, unsigned expected, size_t size) 
   uint64_t offset = addr + twice_cls;
   __asm__("" : "+r"(offset)); /* (addr + twice_cls) - entry: a lea and a subtract, not a copy and two */
   offset -= entry;
-  uint64_t magic = sizeclass_magic_of_twice(twice_cls);
+  uint64_t magic = tcache_magic_of_twice(twice_cls, tls_offset);
   if (QM_LIKELY(offset * magic < magic && (!sized || twice_cls == 2 * expected))) {
     free_push_to(ptr, tcache_list_from(twice_cls * (sizeof(tcache_list_t) / 2), tls_offset));
     return;

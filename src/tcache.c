@@ -8,6 +8,7 @@
  * by others under the registry lock. tcache_registry.lock for the list of live caches, the budget
  * and idle scans. Callers: api.c. */
 #include <pthread.h>
+#include <string.h>
 
 #include "freelist.h"
 #include "internal.h"
@@ -138,6 +139,7 @@ static void tcache_thread_init(tcache_t *tc) {
   tcache_registry.threads++;
   if (tcache_registry.threads >= 2) release_request(); /* an idle thread's cache may need taking */
   tc->idle_seen = UINT64_MAX; /* not idle until a scan has seen it */
+  memcpy(tc->magic, sizeclass_magic, sizeof tc->magic);
   pthread_key_t key = tcache_registry.exit_key;
   pthread_mutex_unlock(&tcache_registry.lock);
   tc->state = TCACHE_LIVE;
