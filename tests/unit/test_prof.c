@@ -3,9 +3,10 @@
  * sample is unbiased for its size; a sampled allocation's recorded stack holds the function that
  * called malloc; the unwinder may allocate (a hook inside its frame callback does) without
  * recursing into the profiler; a dump requested by the signal while the profiler runs is deferred,
- * not deadlocked, and written when it leaves; sampled blocks work with realloc, malloc_usable_size and sized
- * frees; the peak is kept, per stack as it was at the last peak; a thread that exits with live samples leaves them valid; a fork child
- * starts with an empty profile and can free what it inherited. */
+ * not deadlocked, and written when it leaves; sampled blocks work with realloc, malloc_usable_size
+ * and sized frees; the peak is kept, each stack as it was at the last peak; a thread that exits
+ * with live samples leaves them valid; a fork child starts with an empty profile and can free what
+ * it inherited. */
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
