@@ -542,13 +542,20 @@ static QM_NOINLINE void *aligned_hardened(size_t alignment, size_t size) {
 /* Large blocks: their pages but the guard. */
 static size_t large_usable_hardened(const span_t *span) { return ((size_t)span->npages - 1) * PAGE_SIZE; }
 
-/* The quarantine's slow half: the small ring filling, a block over HARDEN_QUARANTINE_SMALL (the
- * large ring), the thread exiting. The block that leaves goes to this thread's list; if a larger
- * block took a smaller one's place in the large ring, random blocks leave it until it is back under
- * its byte bound. */
+/* Off the quarantine's one-test path: the small ring filling, a block over HARDEN_QUARANTINE_SMALL
+ * (the large ring), the thread exiting. A large ring at its bound swaps in place
+ * (harden_quarantine_swap_large: no call into harden.c, no byte trim); otherwise the slow half
+ * (harden_quarantine_add). The block that leaves goes to this thread's list; if a larger block took
+ * a smaller one's place in the large ring, random blocks leave it until it is back under its byte
+ * bound. */
 static QM_NOINLINE void quarantine_add_hardened(void *ptr, unsigned cls) {
   unsigned leaving_cls;
-  void *leaving = harden_quarantine_add(ptr, cls, &leaving_cls);
+  void *leaving = harden_quarantine_swap_large(ptr, cls, sizeclass_size[cls], &leaving_cls);
+  if (leaving != NULL) {
+    free_push(leaving, leaving_cls);
+    return;
+  }
+  leaving = harden_quarantine_add(ptr, cls, &leaving_cls);
   if (leaving != NULL) free_push(leaving, leaving_cls);
   while ((leaving = harden_quarantine_over(&leaving_cls)) != NULL) free_push(leaving, leaving_cls);
 }
