@@ -166,23 +166,13 @@ QM_INLINE uintptr_t pagemap_small_entry(uintptr_t addr, uintptr_t tls_offset) {
   return __atomic_load_n((const uintptr_t *)(tc->leaf_base + page * sizeof(uintptr_t)), __ATOMIC_RELAXED);
 }
 
-/* sizeclass_magic[twice_cls / 2] in one load with a scaled index (GCC otherwise halves the index,
- * or computes the address apart: one instruction more, measured with make fastpath). */
-QM_INLINE uint64_t sizeclass_magic_of_twice(size_t twice_cls) {
-#if defined(__x86_64__)
-  uint64_t magic;
-  __asm__("movq (%1,%2,4), %0" : "=r"(magic) : "r"(sizeclass_magic), "r"(twice_cls), "m"(*(const uint64_t(*)[SIZECLASS_COUNT])sizeclass_magic));
-  return magic;
-#else
-  return sizeclass_magic[twice_cls / 2];
-#endif
-}
-
-/* The same from this thread's copy (tcache_t.magic): %fs, the cache's TLS offset free holds
- * already, and the scaled index, in one load. No memory operand: naming tcache_self.magic made
- * GCC load the TLS offset a second time to form it. The copy is written once, at the thread's
- * init, before which it reads 0 (the slow path); so a value the compiler kept from earlier is
- * either that 0 or the value itself, never wrong. */
+/* The class's divisibility magic (sizeclass_magic[twice_cls / 2]) from this thread's copy
+ * (tcache_t.magic) in one load: %fs, the cache's TLS offset free holds already, and the scaled
+ * index (GCC would halve the index, or form the shared table's address first: one instruction
+ * more each, make fastpath). No memory operand: naming tcache_self.magic made GCC load the TLS
+ * offset a second time to form it. The copy is written once, at the thread's init, before which
+ * it reads 0 (the slow path, which sets the thread up); so a value the compiler kept from earlier
+ * is either that 0 or the value itself, never wrong. */
 QM_INLINE uint64_t tcache_magic_of_twice(size_t twice_cls, uintptr_t tls_offset) {
 #if QM_FAST_LIST_IN_FS
   uint64_t magic;
@@ -521,7 +511,7 @@ QM_INLINE void *malloc_hardened(size_t size) {
     void *obj = tcache_pop(tcache_list_from(list_offset, tcache_tls_offset()));
     /* A pop found the class through a filled entry (class 0's list is always empty): the class is
      * the entry, not a second lookup. */
-    if (QM_LIKELY(obj != NULL)) return harden_handout(obj, (unsigned)(list_offset >> SIZECLASS_LOOKUP_SHIFT), size);
+    if (QM_LIKELY(obj != NULL)) return harden_handout(obj, sizeclass_of_list_offset(list_offset), size);
     return malloc_hardened_refill(size);
   }
   return malloc_hardened_slow(size);
@@ -590,9 +580,10 @@ static QM_NOINLINE void free_hardened_slow(void *ptr, size_t size, bool sized, c
 
 /* As free_fast: the page map says ptr is at an object boundary of a small span (one multiply). */
 QM_INLINE void free_hardened(void *ptr, size_t size, bool sized, const char *call) {
-  uintptr_t entry = pagemap_small_entry((uintptr_t)ptr, tcache_tls_offset());
+  uintptr_t tls_offset = tcache_tls_offset();
+  uintptr_t entry = pagemap_small_entry((uintptr_t)ptr, tls_offset);
   uintptr_t span_start = pagemap_entry_span_start(entry);
-  uint64_t magic = sizeclass_magic_of_twice(entry & 0xff);
+  uint64_t magic = tcache_magic_of_twice(entry & 0xff, tls_offset);
   if (QM_LIKELY(((uintptr_t)ptr - span_start) * magic < magic)) {
     free_small_hardened(ptr, pagemap_entry_class(entry), span_start, size, sized, call);
     return;

@@ -90,12 +90,7 @@ void *harden_quarantine_add(void *obj, unsigned cls, unsigned *leaving_cls) {
     r->count++;
   } else { /* the large ring, full or at its byte bound: a block drawn now leaves */
     uint32_t i = harden_below(t, r->count);
-    leaving = r->blocks[i];
-    *leaving_cls = r->classes[i];
-    r->blocks[i] = obj;
-    r->classes[i] = (uint8_t)cls;
-    r->bytes += size - sizeclass_size[*leaving_cls];
-    harden_check_leaving(leaving);
+    leaving = harden_ring_replace(r, i, obj, cls, size - sizeclass_size[r->classes[i]], leaving_cls);
   }
   /* The small ring full: its fast path takes over, with the next slot to leave drawn. */
   if (small && r->count == HARDEN_QUARANTINE_SLOTS) r->next = harden_below(t, r->count);

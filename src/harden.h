@@ -296,21 +296,28 @@ QM_INLINE void *harden_quarantine_swap(void *obj, unsigned cls, unsigned *leavin
  * for the caller to push; NULL sends obj to the slow half: a small block, a ring still filling, an
  * exiting thread's (its rings are emptied: count 0), or a swap that would pass the bound. Before
  * it, every free of a block over 16 KiB took the slow half (about 60 instructions more). */
+/* Puts obj (of class cls) in slot i of the large ring r, whose byte count changes by `grows` (obj's
+ * slot bytes less the leaving block's, computed by the caller, who checks the bound with it);
+ * returns the block that was there (checked), with *leaving_cls. */
+QM_INLINE void *harden_ring_replace(harden_ring_t *r, uint32_t i, void *obj, unsigned cls, size_t grows, unsigned *leaving_cls) {
+  void *leaving = r->blocks[i];
+  *leaving_cls = r->classes[i];
+  r->blocks[i] = obj;
+  r->classes[i] = (uint8_t)cls;
+  r->bytes += grows; /* unsigned: a smaller block wraps around and back */
+  harden_check_leaving(leaving);
+  return leaving;
+}
+
 QM_INLINE void *harden_quarantine_swap_large(void *obj, unsigned cls, size_t slot, unsigned *leaving_cls) {
   harden_thread_t *t = &harden_self;
   harden_ring_t *r = &t->large;
   if (slot <= HARDEN_QUARANTINE_SMALL || r->count == 0) return NULL;
   if (r->count < HARDEN_QUARANTINE_SLOTS && slot <= HARDEN_QUARANTINE_BYTES - r->bytes) return NULL; /* room left */
   uint32_t i = harden_below(t, r->count);
-  size_t leaving_slot = sizeclass_size[r->classes[i]];
-  if (r->bytes - leaving_slot + slot > HARDEN_QUARANTINE_BYTES) return NULL;
-  void *leaving = r->blocks[i];
-  *leaving_cls = r->classes[i];
-  r->blocks[i] = obj;
-  r->classes[i] = (uint8_t)cls;
-  r->bytes += slot - leaving_slot;
-  harden_check_leaving(leaving);
-  return leaving;
+  size_t grows = slot - sizeclass_size[r->classes[i]];
+  if (r->bytes + grows > HARDEN_QUARANTINE_BYTES) return NULL;
+  return harden_ring_replace(r, i, obj, cls, grows, leaving_cls);
 }
 
 /* A block, chosen at random, that leaves the large ring to bring it back under its byte bound

@@ -38,7 +38,8 @@ QM_INLINE size_t sizeclass_list_offset_of(size_t n) {
 }
 /* The class of n, or 0 if its page of the table is not filled yet (the sized free's fast path:
  * a 0 matches no block's class, and its slow path asks sizeclass_of). */
-QM_INLINE unsigned sizeclass_of_if_filled(size_t n) { return (unsigned)(sizeclass_list_offset_of(n) >> SIZECLASS_LOOKUP_SHIFT); }
+QM_INLINE unsigned sizeclass_of_list_offset(size_t list_offset) { return (unsigned)(list_offset >> SIZECLASS_LOOKUP_SHIFT); }
+QM_INLINE unsigned sizeclass_of_if_filled(size_t n) { return sizeclass_of_list_offset(sizeclass_list_offset_of(n)); }
 /* Fills the page of the table that holds n's slot; returns n's class. */
 unsigned sizeclass_fill(size_t n);
 QM_INLINE unsigned sizeclass_of(size_t n) {

@@ -84,7 +84,7 @@ def main():
     for i, (s, p) in enumerate(cls, start=1):
         span = p * PAGE
         objs = span // s
-        tail = 100.0 * (span - objs * s) / span
+        tail = 100.0 * tail_waste(s, p) / span
         worst = 100.0 * (s - (prev + 1)) / s if prev else 0.0
         out.append(f"  X({i:3d}, {s:6d}, {p:2d}) /* {objs:5d} objs, tail {tail:4.1f}%, worst {worst:4.1f}% */ \\")
         prev = s

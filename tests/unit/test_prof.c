@@ -99,30 +99,41 @@ static size_t dump(int kind, char *buf, size_t cap) {
 
 static char dump_buf[1 << 20];
 
-/* The stack lines of a dump whose in-use pair is not 0: how many, and whether one of their
- * frames lies in [lo, hi). */
-static int live_lines(const char *text, uintptr_t lo, uintptr_t hi, int *with_frame) {
+/* Whether a stack line of a dump (line up to end) has a frame in [lo, hi). */
+static bool line_has_frame(const char *line, const char *end, uintptr_t lo, uintptr_t hi) {
+  const char *at = strchr(line, '@');
+  for (const char *p = at ? strstr(at, " 0x") : NULL; p != NULL && p < end; p = strstr(p + 1, " 0x")) {
+    uintptr_t pc = (uintptr_t)strtoull(p + 1, NULL, 16);
+    if (pc >= lo && pc < hi) return true;
+  }
+  return false;
+}
+
+/* The stack lines of a dump whose in-use pair is not 0: how many, how many of them have a frame in
+ * [lo, hi) (*with_frame), and their in-use samples summed (*samples_with_frame, if not NULL). */
+static int stack_lines(const char *text, uintptr_t lo, uintptr_t hi, int *with_frame, unsigned long long *samples_with_frame) {
   int lines = 0;
   *with_frame = 0;
+  if (samples_with_frame) *samples_with_frame = 0;
   const char *line = strchr(text, '\n');
   while (line != NULL && line[1] != '\0' && line[1] != '\n') {
     line++;
     unsigned long long objs = strtoull(line, NULL, 10);
-    const char *at = strchr(line, '@'), *end = strchr(line, '\n');
+    const char *end = strchr(line, '\n');
     if (objs > 0) {
       lines++;
-      for (const char *p = at; p != NULL && p < end; p = strstr(p + 1, " 0x")) {
-        if (p == at) continue;
-        uintptr_t pc = (uintptr_t)strtoull(p + 1, NULL, 16);
-        if (pc >= lo && pc < hi) {
-          (*with_frame)++;
-          break;
-        }
+      if (line_has_frame(line, end, lo, hi)) {
+        (*with_frame)++;
+        if (samples_with_frame) *samples_with_frame += objs;
       }
     }
     line = end;
   }
   return lines;
+}
+
+static int live_lines(const char *text, uintptr_t lo, uintptr_t hi, int *with_frame) {
+  return stack_lines(text, lo, hi, with_frame, NULL);
 }
 
 /* Small and noinline: the return address of its malloc call is within its first 64 bytes. */
@@ -478,19 +489,9 @@ static unsigned long long peak_samples_through(void *(*site)(size_t)) {
   uintptr_t lo = (uintptr_t)site, hi = lo + 64;
   uintptr_t other = (uintptr_t)(site == prof_test_peak_site_x ? prof_test_peak_site_y : prof_test_peak_site_x);
   if (other > lo && other < hi) hi = other;
-  unsigned long long samples = 0;
-  for (const char *line = strchr(dump_buf, '\n'); line != NULL && line[1] != '\0' && line[1] != '\n';) {
-    line++;
-    const char *at = strchr(line, '@'), *end = strchr(line, '\n');
-    for (const char *p = at ? strstr(at, " 0x") : NULL; p != NULL && p < end; p = strstr(p + 1, " 0x")) {
-      uintptr_t pc = (uintptr_t)strtoull(p + 1, NULL, 16);
-      if (pc >= lo && pc < hi) {
-        samples += strtoull(line, NULL, 10);
-        break;
-      }
-    }
-    line = end;
-  }
+  int lines_with_site;
+  unsigned long long samples;
+  stack_lines(dump_buf, lo, hi, &lines_with_site, &samples);
   return samples;
 }
 
