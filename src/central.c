@@ -1,9 +1,11 @@
 /* Central free lists: per size class, a transfer cache of whole batches (so a batch freed by one
  * thread moves to another in O(1), without a lock) and the spans of that class with objects to hand
- * out. A new span is carved whole: every slot is linked into the span's free list with its free tag
- * (freelist.h), so that a free() of a slot never handed out finds it free, as a double free would.
- * This touches the first 16 bytes of each object once: all of a one-page span, one page per object
- * of the large classes (whose spans hold one to a few objects).
+ * out. A new span is carved as objects are taken, a page at a time: the slots starting on a page are
+ * linked into the span's free list with their free tags (freelist.h), so that a free() of one not
+ * handed out finds it free, as a double free would, and only then does the page get its page-map
+ * entry for free()'s fast path, so that a free() of a slot not yet carved fails in the slow path.
+ * Pages no slot was taken from are never touched (a multi-page class's first object no longer makes
+ * the whole span resident).
  * A span whose objects are all back goes to the page heap at once.
  * Does not: cache anything per thread (tcache.c), or know where spans come from (pageheap.c).
  * Lock: central_lists[cls].lock, one per class, for the spans; the transfer cache's slots are
@@ -124,19 +126,46 @@ static void central_link(unsigned cls, void *obj, void *next) {
   else *(void **)obj = next;
 }
 
-/* Links every slot of a new span into its free list, first slot first out. */
-static void central_carve(span_t *span, unsigned cls) {
+/* A new span starts with no slot carved. In the hardened build it is carved whole at once, in
+ * random order (harden.c). */
+static void central_carve_start(span_t *span, unsigned cls) {
+  span->u.small.freelist = NULL;
+  span->u.small.carved = 0;
+  span->u.small.carved_pages = 0;
   if (qm_hardened) { /* random order, freed memory's pattern in every slot */
     harden_carve(span, cls);
-    return;
+    span->u.small.carved = (uint16_t)central_span_objects(cls);
+    span->u.small.carved_pages = (uint16_t)span->npages;
+    pagemap_set_carved(span, 0, span->npages);
   }
+}
+
+static bool central_carved_whole(const span_t *span, unsigned cls) {
+  return span->u.small.carved == central_span_objects(cls);
+}
+
+/* Carves at least `want` more slots (fewer at the span's end) into the span's empty free list,
+ * first slot first out, and a page at a time: every slot whose start is on a page it reaches, so
+ * that the page's small entry (free()'s fast path) is set exactly when a slot there can be live.
+ * A slot beyond is in no list and its page's entry is 0, so a free() of it goes to the slow path,
+ * which finds no object there (invalid pointer): carving whole, each slot's free tag did that and
+ * touched every page of the span, up to 16 pages for one object of a multi-page class. */
+static void central_carve_more(span_t *span, unsigned cls, unsigned want) {
   uint32_t size = sizeclass_size[cls], n = central_span_objects(cls);
+  uint32_t first = span->u.small.carved;
+  uint32_t last = first + want < n ? first + want - 1 : n - 1; /* the last slot wanted */
+  uint32_t pages = (uint32_t)(((uintptr_t)last * size >> PAGE_SHIFT) + 1);
+  uint32_t end = (uint32_t)(((uintptr_t)pages << PAGE_SHIFT) + size - 1) / size; /* slots starting before */
+  if (end > n) end = n;
   void *next = NULL;
-  for (uint32_t i = n; i-- > 0;) {
+  for (uint32_t i = end; i-- > first;) {
     void *obj = (void *)(span->start + (uintptr_t)i * size);
     central_link(cls, obj, next);
     next = obj;
   }
+  if (pages > span->u.small.carved_pages) pagemap_set_carved(span, span->u.small.carved_pages, pages);
+  span->u.small.carved_pages = (uint16_t)pages;
+  span->u.small.carved = (uint16_t)end;
   span->u.small.freelist = next;
 }
 
@@ -159,7 +188,7 @@ unsigned central_remove(unsigned cls, void **head, unsigned want) {
     if (span == NULL) {
       pthread_mutex_unlock(&c->lock);
       span = pageheap_alloc(sizeclass_pages[cls], 1, cls, NULL);
-      if (span != NULL) central_carve(span, cls);
+      if (span != NULL) central_carve_start(span, cls);
       pthread_mutex_lock(&c->lock);
       if (span == NULL) break;
       span->u.small.allocated = 0;
@@ -169,6 +198,7 @@ unsigned central_remove(unsigned cls, void **head, unsigned want) {
     }
     /* Take the span's list from its head: the objects keep their tags and links (the chain handed
      * out is a free list too); only the last one taken is cut from the rest. */
+    if (span->u.small.freelist == NULL) central_carve_more(span, cls, want - got);
     void *obj = span->u.small.freelist, *prev = NULL;
     if (first == NULL) first = obj;
     else central_link(cls, last, obj);
@@ -180,7 +210,7 @@ unsigned central_remove(unsigned cls, void **head, unsigned want) {
     }
     last = prev;
     span->u.small.freelist = obj;
-    if (obj == NULL) central_nonempty_remove(c, span);
+    if (obj == NULL && central_carved_whole(span, cls)) central_nonempty_remove(c, span);
   }
   if (last != NULL) central_link(cls, last, NULL);
   c->free_in_spans -= got;
@@ -202,7 +232,7 @@ static void central_insert_spans(central_t *c, unsigned cls, void *chain, span_t
     if (span == NULL || span->state != SPAN_SMALL || span->sizeclass != cls)
       check_fail("free(): heap corruption (object in the wrong list)", obj);
     if (span->u.small.allocated == 0) check_fail_double_free("free()", obj);
-    if (span->u.small.freelist == NULL) central_nonempty_push(c, span);
+    if (span->u.small.freelist == NULL && central_carved_whole(span, cls)) central_nonempty_push(c, span);
     central_link(cls, obj, span->u.small.freelist);
     span->u.small.freelist = obj;
     span->u.small.allocated--;

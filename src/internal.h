@@ -66,7 +66,11 @@ bool pagemap_ensure(uintptr_t start, size_t npages);
 void pagemap_set_ends(span_t *span);   /* first and last page -> span (small entry 0) */
 void pagemap_set_page(uintptr_t addr, span_t *span); /* one page -> span (small entry 0) */
 void pagemap_clear_ends(span_t *span);
-void pagemap_set_small(span_t *span);  /* every page -> span, with class and index */
+void pagemap_set_small(span_t *span);  /* every page -> span (small entry 0 until carved) */
+/* Pages [from, to) of a small span get their small entry (span start | class * 2): free()'s fast
+ * path accepts pointers there. Called by central.c as it carves them; the class lock suffices, as
+ * the span is the class's alone and its other pages' entries are not touched. */
+void pagemap_set_carved(span_t *span, uint32_t from, uint32_t to);
 void pagemap_clear_small(span_t *span);
 
 /* ---- span.c: requires the page heap lock ---- */

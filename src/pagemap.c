@@ -43,8 +43,16 @@ void pagemap_set_ends(span_t *span) {
 }
 
 void pagemap_set_small(span_t *span) {
-  for (uint32_t i = 0; i < span->npages; i++)
-    pagemap_set(span->start + i * PAGE_SIZE, span, PAGEMAP_SMALL_ENTRY(span->start, span->sizeclass));
+  for (uint32_t i = 0; i < span->npages; i++) pagemap_set(span->start + i * PAGE_SIZE, span, 0);
+}
+
+void pagemap_set_carved(span_t *span, uint32_t from, uint32_t to) {
+  uintptr_t entry = PAGEMAP_SMALL_ENTRY(span->start, span->sizeclass);
+  for (uint32_t i = from; i < to; i++) {
+    uintptr_t addr = span->start + i * PAGE_SIZE;
+    pagemap_leaf_t *leaf = pagemap_root[addr >> PAGEMAP_LEAF_SHIFT];
+    __atomic_store_n(&leaf->small[(addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], entry, __ATOMIC_RELEASE);
+  }
 }
 
 void pagemap_clear_small(span_t *span) {

@@ -14,6 +14,7 @@
  * a read or write after free of a large block, an access to malloc(0)'s block. A mode expected to
  * fault announces the address it is about to touch; the SIGSEGV handler prints "fault <address>"
  * (the address the kernel reports) and lets the signal kill the program. */
+#include <malloc.h>
 #include <stdalign.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -201,6 +202,11 @@ int main(int argc, char **argv) {
     if (slot == p) free(p);
     announce(slot);
     free(launder(slot));
+  } else if (!strcmp(mode, "slot_uncarved")) { /* a slot on a page of the span no object was taken from */
+    char *p = malloc(20000); /* 20480-byte slots, 2.5 pages each: the first malloc carves only the first */
+    char *slot = p + malloc_usable_size(p);
+    announce(slot);
+    free(launder(slot));
   } else if (!strcmp(mode, "sized_wrong")) { /* free_sized with the size of another class */
     void *p = malloc(100);
     announce(p);
@@ -274,7 +280,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bad_free: unknown mode '%s' (expected valid, stack, static, mmap, interior, interior_large, "
                     "realloc_stack, realloc_interior, double, double_large, double_later, later_|remote_|slot_free_|"
                     "slot_new_|overflow1_|overflow8_|underflow1_|underflow8_|uaf_write_|uaf_read_ + small|medium|large, "
-                    "sized_wrong, sized_wrong_large, delete_array, corrupt_link, zero_read, zero_write)\n", mode);
+                    "slot_uncarved, sized_wrong, sized_wrong_large, delete_array, corrupt_link, zero_read, zero_write)\n", mode);
     return 2;
   }
   /* Still running: the misuse went unnoticed. */

@@ -2,8 +2,10 @@
  * back to their spans; a span whose objects are all back returns to the page heap; batches that
  * sit unused for an idle interval go back to their spans; threads exchanging batches through the
  * lock-free slots at once neither lose nor duplicate one, and a full cache sends batches to the
- * spans; a double return is caught (death test in a child). */
+ * spans; a double return is caught (death test in a child); a span's slots are carved as they are
+ * taken. */
 #include <pthread.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,8 +42,49 @@ static void *exchanger(void *arg) {
   return NULL;
 }
 
+/* Slots are carved as they are taken, a page at a time: the pages of a span no slot was taken from
+ * are not written (a program that takes one object of a multi-page class keeps one page resident),
+ * and their page-map entries stay 0, so that free()'s fast path sends a pointer there to the slow
+ * path. The span is laid on pages filled with a pattern first, to see which bytes were written. */
+static void test_carved_on_demand(void) {
+  unsigned cls = sizeclass_of(4096);
+  uint32_t pages = sizeclass_pages[cls], per_span = (uint32_t)(pages * PAGE_SIZE / 4096);
+  CHECK(pages >= 2 && PAGE_SIZE % 4096 == 0);
+  span_t *filled = pageheap_alloc(pages, 1, 0, NULL);
+  CHECK(filled != NULL);
+  uintptr_t at = filled->start;
+  memset((void *)at, 0x5a, (size_t)pages * PAGE_SIZE);
+  pageheap_free(filled);
+
+  void *one = NULL;
+  CHECK_EQ(central_remove(cls, &one, 1), 1);
+  CHECK_EQ((uintptr_t)one, at); /* best fit: the same pages */
+  span_t *span = pagemap_span(at);
+  CHECK_EQ(span->u.small.carved, PAGE_SIZE / 4096); /* the slots starting on the first page */
+  for (uint32_t i = 1; i < pages; i++) {
+    uintptr_t page = at + i * PAGE_SIZE;
+    CHECK_EQ(*(unsigned char *)page, 0x5a);
+    CHECK_EQ(pagemap_leaf_of(page)->small[(page >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], 0);
+  }
+  void *rest = NULL;
+  CHECK_EQ(central_remove(cls, &rest, per_span - 1), per_span - 1);
+  CHECK_EQ(span->u.small.carved, per_span);
+  unsigned n = 0;
+  for (void *p = rest; p != NULL; p = freelist_next(p), n++) {
+    uintptr_t addr = (uintptr_t)p;
+    CHECK(addr != (uintptr_t)one && addr >= at && addr < at + pages * PAGE_SIZE && (addr - at) % 4096 == 0);
+    CHECK_EQ(pagemap_leaf_of(addr)->small[(addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], PAGEMAP_SMALL_ENTRY(at, cls));
+  }
+  CHECK_EQ(n, per_span - 1);
+  freelist_set_next(one, rest);
+  central_insert(cls, one, per_span);
+  central_drain_transfer();
+  CHECK(pagemap_span(at) != span || span->state != SPAN_SMALL); /* every slot back: the span left */
+}
+
 int main(void) {
   init_process();
+  test_carved_on_demand();
   unsigned cls = sizeclass_of(96);
   central_t *c = &central_lists[cls];
   central_drain_transfer();

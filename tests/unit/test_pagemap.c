@@ -11,13 +11,18 @@ int main(void) {
   int on_stack;
   CHECK(pagemap_span((uintptr_t)&on_stack) == NULL);
 
+  /* A small span's pages map to it at once; free()'s small entry comes page by page, as central.c
+   * carves them. */
   span_t *small = pageheap_alloc(3, 1, 5, NULL);
   CHECK(small != NULL && small->state == SPAN_SMALL);
-  for (uint32_t i = 0; i < 3; i++) {
-    uintptr_t page = small->start + i * PAGE_SIZE;
-    CHECK(pagemap_span(page + 100) == small);
-    pagemap_leaf_t *leaf = pagemap_leaf_of(page);
-    CHECK_EQ(leaf->small[(page >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], PAGEMAP_SMALL_ENTRY(small->start, 5));
+  for (uint32_t carved = 0; carved <= 3; carved++) {
+    if (carved > 0) pagemap_set_carved(small, carved - 1, carved);
+    for (uint32_t i = 0; i < 3; i++) {
+      uintptr_t page = small->start + i * PAGE_SIZE;
+      CHECK(pagemap_span(page + 100) == small);
+      pagemap_leaf_t *leaf = pagemap_leaf_of(page);
+      CHECK_EQ(leaf->small[(page >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], i < carved ? PAGEMAP_SMALL_ENTRY(small->start, 5) : 0);
+    }
   }
   uintptr_t start = small->start;
   pageheap_free(small);
