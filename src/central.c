@@ -79,9 +79,7 @@ void central_init(void) {
   }
 }
 
-static uint32_t central_span_objects(unsigned cls) {
-  return (uint32_t)(sizeclass_pages[cls] * PAGE_SIZE / sizeclass_size[cls]);
-}
+static uint32_t central_span_objects(unsigned cls) { return sizeclass_span_objects[cls]; }
 
 /* The transfer cache's capacity follows the class's use: at most as many batches as the program
  * and the thread caches hold objects of the class (out of the spans, not in the cache), at least

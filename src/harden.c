@@ -146,7 +146,7 @@ __attribute__((destructor)) static void harden_check_at_exit(void) {
 
 void harden_carve(span_t *span, unsigned cls) {
   uint32_t size = sizeclass_size[cls];
-  uint32_t n = (uint32_t)(sizeclass_pages[cls] * PAGE_SIZE / size);
+  uint32_t n = sizeclass_span_objects[cls];
   if (size <= HARDEN_FILL_END) memset((void *)span->start, HARDEN_PATTERN, (size_t)n * size); /* every byte is fill */
   else
     for (uint32_t i = 0; i < n; i++) harden_fill((void *)(span->start + (uintptr_t)i * size), size);

@@ -25,6 +25,7 @@ extern uint32_t sizeclass_size[SIZECLASS_COUNT];
 extern uint8_t sizeclass_pages[SIZECLASS_COUNT];
 extern uint64_t sizeclass_magic[SIZECLASS_COUNT];
 extern uint16_t sizeclass_batch[SIZECLASS_COUNT];
+extern uint16_t sizeclass_span_objects[SIZECLASS_COUNT]; /* slots in a span of the class (no division on slow paths) */
 /* Requires n <= SMALL_MAX. */
 QM_INLINE size_t sizeclass_slot(size_t n) { return (n + 7) >> 3; }
 /* The table is filled a page of it at a time (SIZECLASS_LOOKUP_CHUNK slots): the first, requests

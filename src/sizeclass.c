@@ -17,6 +17,7 @@ uint32_t sizeclass_size[SIZECLASS_COUNT] = {SIZECLASS_ROWS(SIZECLASS_SIZE_ROW)};
 uint8_t sizeclass_pages[SIZECLASS_COUNT] = {SIZECLASS_ROWS(SIZECLASS_PAGES_ROW)};
 uint64_t sizeclass_magic[SIZECLASS_COUNT];
 uint16_t sizeclass_batch[SIZECLASS_COUNT];
+uint16_t sizeclass_span_objects[SIZECLASS_COUNT];
 
 /* Divisibility test by multiplication (Lemire, Kaser & Kurz 2019): for 32-bit n and
  * M = floor((2^64 - 1) / d) + 1, n is a multiple of d iff n * M (mod 2^64) < M. One multiply
@@ -42,6 +43,7 @@ void sizeclass_init(unsigned min_align, unsigned batch_max) {
     if (batch > batch_max) batch = batch_max;
     sizeclass_batch[cls] = (uint16_t)batch;
     sizeclass_magic[cls] = sizeclass_divisibility_magic(size);
+    sizeclass_span_objects[cls] = (uint16_t)(sizeclass_pages[cls] * PAGE_SIZE / size);
   }
   /* Requests of 0..8 bytes (slots 0 and 1) use the 8-byte class only when asked. */
   sizeclass_fill_slots(0, min_align == 8 ? SIZECLASS_EIGHT : SIZECLASS_EIGHT + 1);

@@ -64,6 +64,7 @@ int main(void) {
     CHECK_MSG(span_bytes % size < span_bytes / 16, "class %u (%zu B): %u pages waste %.1f%% at the tail", cls,
               size, sizeclass_pages[cls], 100.0 * (double)(span_bytes % size) / (double)span_bytes);
     CHECK(sizeclass_batch[cls] >= 2);
+    CHECK_EQ(sizeclass_span_objects[cls], span_bytes / size); /* the slow paths' count of a span's slots */
     if (size % 64 == 0) { /* objects start at span start + k*size: on a cache line */
       void *p = qm_malloc(size);
       CHECK_MSG(((uintptr_t)p & 63) == 0, "class %u object %p not on a cache line", cls, p);
