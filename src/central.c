@@ -11,11 +11,8 @@
  * Lock: central_lists[cls].lock, one per class, for the spans; the transfer cache's slots are
  * exchanged with atomic instructions; the page heap lock is only taken with the class lock
  * released. Callers: tcache.c (refill, flush, garbage collection), api.c (trim). */
-#include <string.h>
-
 #include "freelist.h"
 #include "internal.h"
-#include "os.h"
 
 central_t central_lists[SIZECLASS_COUNT];
 
@@ -84,69 +81,6 @@ void central_init(void) {
 
 static uint32_t central_span_objects(unsigned cls) { return sizeclass_span_objects[cls]; }
 
-/* Objects of the class out of its spans and its central caches: in the program, in thread caches,
- * or on their way back. Requires c->lock. */
-static int64_t central_out(const central_t *c, unsigned cls) {
-  uint32_t parked = __atomic_load_n(&c->transfer_count, __ATOMIC_RELAXED) + c->spill_count;
-  return (int64_t)c->spans_in_use * central_span_objects(cls) - (int64_t)c->free_in_spans - (int64_t)parked * c->batch;
-}
-
-/* ---- the spill: whole batches past the transfer cache ---------------------------------------
- * A thread that frees tens of thousands of objects of a class at once and then allocates as many
- * again (perl emptying half of a hash and refilling it) overflows its cache list and the transfer
- * cache's slots; without the spill each further batch went back to its spans an object at a time
- * (a page-map lookup and a span header each, often two cache misses) and came out of them the same
- * way. The spill keeps such batches whole on a stack under the class lock: one push and one pop per
- * batch. It holds no more than the program and the thread caches have out of the class's spans
- * (after the push), and CENTRAL_SPILL_BYTES_MAX, so that freed memory parked there never exceeds
- * what is in use; the idle drain returns the batches nobody took since the last one to their spans,
- * oldest first, so that spans can empty and their pages decay. spill_count is read without the lock
- * only by the idle drain's first test and by statistics. Requires c->lock, all three. */
-static void central_insert_spans(central_t *c, unsigned cls, void *chain, span_t **emptied);
-
-static bool spill_grow(central_t *c) {
-  uint32_t cap = c->spill_cap ? 2 * c->spill_cap : (uint32_t)(PAGE_SIZE / sizeof(void *));
-  void **stack = os_map((size_t)cap * sizeof(void *), PAGE_SIZE, OS_COMMIT, OS_GUARD_NONE);
-  if (stack == NULL) return false;
-  stats_metadata_add((intptr_t)(cap * sizeof(void *)));
-  if (c->spill != NULL) {
-    memcpy(stack, c->spill, (size_t)c->spill_count * sizeof(void *));
-    os_unmap(c->spill, (size_t)c->spill_cap * sizeof(void *));
-    stats_metadata_add(-(intptr_t)(c->spill_cap * sizeof(void *)));
-  }
-  c->spill = stack;
-  c->spill_cap = cap;
-  return true;
-}
-
-static bool spill_push(central_t *c, unsigned cls, void *batch) {
-  uint64_t batch_bytes = (uint64_t)c->batch * sizeclass_size[cls];
-  uint32_t parked = __atomic_load_n(&c->transfer_count, __ATOMIC_RELAXED) + c->spill_count + 1;
-  if ((int64_t)parked * c->batch > central_out(c, cls) - (int64_t)c->batch) return false;
-  if ((c->spill_count + 1) * batch_bytes > CENTRAL_SPILL_BYTES_MAX) return false;
-  if (c->spill_count == c->spill_cap && !spill_grow(c)) return false;
-  c->spill[c->spill_count] = batch;
-  __atomic_store_n(&c->spill_count, c->spill_count + 1, __ATOMIC_RELAXED);
-  return true;
-}
-
-static void *spill_pop(central_t *c) {
-  if (c->spill_count == 0) return NULL;
-  uint32_t left = c->spill_count - 1;
-  __atomic_store_n(&c->spill_count, left, __ATOMIC_RELAXED);
-  if (left < c->spill_low) c->spill_low = left;
-  return c->spill[left];
-}
-
-/* Returns the `n` oldest batches of the spill to their spans. */
-static void spill_return_oldest(central_t *c, unsigned cls, uint32_t n, span_t **emptied) {
-  if (n > c->spill_count) n = c->spill_count;
-  if (n == 0) return;
-  for (uint32_t i = 0; i < n; i++) central_insert_spans(c, cls, c->spill[i], emptied);
-  memmove(c->spill, c->spill + n, (size_t)(c->spill_count - n) * sizeof(void *));
-  __atomic_store_n(&c->spill_count, c->spill_count - n, __ATOMIC_RELAXED);
-}
-
 /* The transfer cache's capacity follows the class's use: at most as many batches as the program
  * and the thread caches hold objects of the class (out of the spans, not in the cache), at least
  * TRANSFER_MIN. Batches there are free memory that no span gets back; where a consumer hands
@@ -157,7 +91,8 @@ static void spill_return_oldest(central_t *c, unsigned cls, uint32_t n, span_t *
  * transfer_max. Set whenever the class lock is taken (a refill or return through the spans, which
  * is when the capacity was too small or the cache empty). Requires c->lock. */
 static void central_fit_capacity(central_t *c, unsigned cls) {
-  int64_t out = central_out(c, cls);
+  int64_t out = (int64_t)c->spans_in_use * central_span_objects(cls) - (int64_t)c->free_in_spans -
+                (int64_t)__atomic_load_n(&c->transfer_count, __ATOMIC_RELAXED) * c->batch;
   int64_t cap = out / (int64_t)c->batch;
   if (cap < TRANSFER_MIN) cap = TRANSFER_MIN;
   if (cap > (int64_t)c->transfer_max) cap = c->transfer_max;
@@ -246,14 +181,6 @@ unsigned central_remove(unsigned cls, void **head, unsigned want) {
     }
   }
   pthread_mutex_lock(&c->lock);
-  if (want == c->batch) {
-    void *batch = spill_pop(c);
-    if (batch != NULL) {
-      pthread_mutex_unlock(&c->lock);
-      *head = batch;
-      return want;
-    }
-  }
   while (got < want) {
     span_t *span = c->nonempty;
     if (span == NULL) {
@@ -331,10 +258,6 @@ void central_insert(unsigned cls, void *head, unsigned count) {
   span_t *emptied = NULL;
   if (count == c->batch && transfer_put(c, cls, head)) return;
   pthread_mutex_lock(&c->lock);
-  if (count == c->batch && spill_push(c, cls, head)) {
-    pthread_mutex_unlock(&c->lock);
-    return;
-  }
   central_insert_spans(c, cls, head, &emptied);
   central_fit_capacity(c, cls);
   pthread_mutex_unlock(&c->lock);
@@ -352,8 +275,6 @@ void central_drain_transfer(void) {
       __atomic_sub_fetch(&c->transfer_count, 1, __ATOMIC_RELAXED);
       central_insert_spans(c, cls, batch, &emptied);
     }
-    spill_return_oldest(c, cls, c->spill_count, &emptied);
-    c->spill_low = 0;
     pthread_mutex_unlock(&c->lock);
     central_free_spans(emptied);
   }
@@ -367,7 +288,7 @@ void central_drain_idle_transfer(void) {
   for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
     central_t *c = &central_lists[cls];
     span_t *emptied = NULL;
-    if (__atomic_load_n(&c->transfer_count, __ATOMIC_RELAXED) == 0 && __atomic_load_n(&c->spill_count, __ATOMIC_RELAXED) == 0) {
+    if (__atomic_load_n(&c->transfer_count, __ATOMIC_RELAXED) == 0) {
       __atomic_store_n(&c->transfer_low, 0, __ATOMIC_RELAXED);
       continue;
     }
@@ -376,8 +297,6 @@ void central_drain_idle_transfer(void) {
     for (uint32_t idle = __atomic_load_n(&c->transfer_low, __ATOMIC_RELAXED); idle > 0 && (batch = transfer_take(c, cls)); idle--)
       central_insert_spans(c, cls, batch, &emptied);
     __atomic_store_n(&c->transfer_low, __atomic_load_n(&c->transfer_count, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
-    spill_return_oldest(c, cls, c->spill_low, &emptied); /* those below the low mark sat unused */
-    c->spill_low = c->spill_count;
     pthread_mutex_unlock(&c->lock);
     central_free_spans(emptied);
   }

@@ -99,11 +99,6 @@ static const int qm_debug = 0;
  * remote-stream --producers 2 --consumers 2 --batches 100: 17% fewer instructions than 128 KiB. */
 #define TRANSFER_BYTES_MAX ((size_t)512 << 10)
 #define TRANSFER_SLOTS 64
-/* Whole batches that find the transfer cache full are stacked in the central list, up to this many
- * bytes per class and never more than the program and thread caches hold out of the class's spans
- * (central.c, the spill): a burst of frees bigger than any cache then costs a push per batch, not a
- * return to its span per object. */
-#define CENTRAL_SPILL_BYTES_MAX ((size_t)64 << 20)
 /* The least capacity of a transfer cache, whatever the class's use (central_fit_capacity). */
 #define TRANSFER_MIN 2
 

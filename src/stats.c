@@ -67,8 +67,7 @@ void stats_snapshot(stats_snapshot_t *s) {
     size_t size = sizeclass_size[cls], span_bytes = sizeclass_pages[cls] * PAGE_SIZE;
     size_t per_span = span_bytes / size;
     pthread_mutex_lock(&c->lock);
-    size_t spans = c->spans_in_use, in_spans = c->free_in_spans;
-    size_t in_transfer = ((size_t)c->transfer_count + c->spill_count) * c->batch; /* the spill's batches too */
+    size_t spans = c->spans_in_use, in_spans = c->free_in_spans, in_transfer = (size_t)c->transfer_count * c->batch;
     pthread_mutex_unlock(&c->lock);
     size_t out = spans * per_span - in_spans;           /* handed out by the central list */
     size_t in_use = out > in_transfer + cached[cls] ? out - in_transfer - cached[cls] : 0;

@@ -143,9 +143,6 @@ typedef struct central_s {
   uint32_t transfer_low;      /* least transfer_count since the last idle drain (atomic, approximate) */
   uint64_t spans_in_use;  /* small spans of this class (statistics) */
   uint64_t free_in_spans; /* objects free inside those spans */
-  void **spill;           /* whole batches past the transfer cache, a stack (under lock; central.c) */
-  uint32_t spill_count, spill_cap; /* batches on it; room in its array (os_map'd, grown by doubling) */
-  uint32_t spill_low;     /* least spill_count since the last idle drain */
 } __attribute__((aligned(QM_CACHELINE))) central_t;
 
 #endif

@@ -3,8 +3,7 @@
  * sit unused for an idle interval go back to their spans; threads exchanging batches through the
  * lock-free slots at once neither lose nor duplicate one, and a full cache sends batches to the
  * spans; a double return is caught (death test in a child); a span's slots are carved as they are
- * taken; batches past a full transfer cache stack whole in the spill while the program holds as
- * many out. */
+ * taken. */
 #include <pthread.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -191,47 +190,6 @@ int main(void) {
   CHECK(WIFEXITED(counted_status) && WEXITSTATUS(counted_status) == 0);
   __atomic_sub_fetch(&c->transfer_count, 1, __ATOMIC_RELAXED);
   central_drain_transfer();
-
-  /* The spill: past a full transfer cache, whole batches stack in the central list instead of
-   * going back to their spans an object at a time, as long as the program holds at least as many
-   * objects of the class as are parked; they come back whole; the idle drain returns those nobody
-   * took since the previous drain to their spans, and central_drain_transfer all of them. */
-  {
-    enum { EXTRA = 4 };
-    static void *batches[2 * (TRANSFER_SLOTS + EXTRA)];
-    uint32_t slots = c->transfer_max, n = 2 * (slots + EXTRA);
-    central_drain_transfer();
-    for (uint32_t i = 0; i < n; i++) CHECK_EQ(central_remove(cls, &batches[i], c->batch), c->batch);
-    uint64_t in_spans = c->free_in_spans;
-    for (uint32_t i = 0; i < slots + EXTRA; i++) central_insert(cls, batches[i], c->batch);
-    CHECK_EQ(c->transfer_count, slots);
-    CHECK_EQ(c->spill_count, EXTRA);
-    CHECK_EQ(c->free_in_spans, in_spans); /* no object went back to a span */
-    for (uint32_t i = 0; i < slots + EXTRA; i++) {
-      void *batch = NULL;
-      CHECK_EQ(central_remove(cls, &batch, c->batch), c->batch);
-      unsigned objects = 0, found = 0;
-      for (void *p = batch; p != NULL; p = freelist_next(p)) objects++;
-      for (uint32_t j = 0; j < slots + EXTRA; j++) found += batches[j] == batch;
-      CHECK_EQ(objects, c->batch);
-      CHECK_EQ(found, 1); /* one of the batches put in, whole */
-    }
-    CHECK_EQ(c->spill_count, 0);
-    CHECK_EQ(c->free_in_spans, in_spans);
-    for (uint32_t i = 0; i < slots + EXTRA; i++) central_insert(cls, batches[i], c->batch);
-    CHECK_EQ(c->spill_count, EXTRA);
-    central_drain_idle_transfer(); /* the marks: a batch taken since the previous drain is not idle */
-    central_drain_idle_transfer(); /* nothing was taken in between: the parked batches go back */
-    CHECK_EQ(c->spill_count, 0);
-    CHECK_EQ(c->transfer_count, 0);
-    /* Out of the spans now: only the batches this test still holds. */
-    CHECK_EQ(c->spans_in_use * per_span - c->free_in_spans, (uint64_t)(n - slots - EXTRA) * c->batch);
-    /* Nothing held out: a batch past the transfer cache goes to its spans, not to the spill. */
-    for (uint32_t i = slots + EXTRA; i < n; i++) central_insert(cls, batches[i], c->batch);
-    CHECK_EQ(c->spill_count, 0);
-    central_drain_transfer();
-    CHECK_EQ(c->spans_in_use, spans_alone);
-  }
 
   /* Returning an object twice is fatal once its span has nothing out: a class with one object per
    * span makes that immediate. */
