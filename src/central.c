@@ -79,8 +79,6 @@ void central_init(void) {
   }
 }
 
-static uint32_t central_span_objects(unsigned cls) { return sizeclass_span_objects[cls]; }
-
 /* The transfer cache's capacity follows the class's use: at most as many batches as the program
  * and the thread caches hold objects of the class (out of the spans, not in the cache), at least
  * TRANSFER_MIN. Batches there are free memory that no span gets back; where a consumer hands
@@ -91,7 +89,7 @@ static uint32_t central_span_objects(unsigned cls) { return sizeclass_span_objec
  * transfer_max. Set whenever the class lock is taken (a refill or return through the spans, which
  * is when the capacity was too small or the cache empty). Requires c->lock. */
 static void central_fit_capacity(central_t *c, unsigned cls) {
-  int64_t out = (int64_t)c->spans_in_use * central_span_objects(cls) - (int64_t)c->free_in_spans -
+  int64_t out = (int64_t)c->spans_in_use * sizeclass_span_objects[cls] - (int64_t)c->free_in_spans -
                 (int64_t)__atomic_load_n(&c->transfer_count, __ATOMIC_RELAXED) * c->batch;
   int64_t cap = out / (int64_t)c->batch;
   if (cap < TRANSFER_MIN) cap = TRANSFER_MIN;
@@ -124,22 +122,25 @@ static void central_link(unsigned cls, void *obj, void *next) {
   else *(void **)obj = next;
 }
 
+/* Pages [0, n) of a span of `size`-byte slots hold the starts of its first `carved` slots. */
+static uint32_t central_pages_of(uint32_t carved, uint32_t size) {
+  return carved ? (uint32_t)(((uintptr_t)(carved - 1) * size >> PAGE_SHIFT) + 1) : 0;
+}
+
 /* A new span starts with no slot carved. In the hardened build it is carved whole at once, in
  * random order (harden.c). */
 static void central_carve_start(span_t *span, unsigned cls) {
   span->u.small.freelist = NULL;
   span->u.small.carved = 0;
-  span->u.small.carved_pages = 0;
   if (qm_hardened) { /* random order, freed memory's pattern in every slot */
     harden_carve(span, cls);
-    span->u.small.carved = (uint16_t)central_span_objects(cls);
-    span->u.small.carved_pages = (uint16_t)span->npages;
-    pagemap_set_carved(span, 0, span->npages);
+    span->u.small.carved = sizeclass_span_objects[cls];
+    pagemap_set_carved(span, 0, central_pages_of(span->u.small.carved, sizeclass_size[cls]));
   }
 }
 
 static bool central_carved_whole(const span_t *span, unsigned cls) {
-  return span->u.small.carved == central_span_objects(cls);
+  return span->u.small.carved == sizeclass_span_objects[cls];
 }
 
 /* Carves at least `want` more slots (fewer at the span's end) into the span's empty free list,
@@ -149,10 +150,9 @@ static bool central_carved_whole(const span_t *span, unsigned cls) {
  * which finds no object there (invalid pointer): carving whole, each slot's free tag did that and
  * touched every page of the span, up to 16 pages for one object of a multi-page class. */
 static void central_carve_more(span_t *span, unsigned cls, unsigned want) {
-  uint32_t size = sizeclass_size[cls], n = central_span_objects(cls);
+  uint32_t size = sizeclass_size[cls], n = sizeclass_span_objects[cls];
   uint32_t first = span->u.small.carved;
-  uint32_t last = first + want < n ? first + want - 1 : n - 1; /* the last slot wanted */
-  uint32_t pages = (uint32_t)(((uintptr_t)last * size >> PAGE_SHIFT) + 1);
+  uint32_t pages = central_pages_of(first + want < n ? first + want : n, size);
   uint32_t end = (uint32_t)(((uintptr_t)pages << PAGE_SHIFT) + size - 1) / size; /* slots starting before */
   if (end > n) end = n;
   void *next = NULL;
@@ -161,8 +161,7 @@ static void central_carve_more(span_t *span, unsigned cls, unsigned want) {
     central_link(cls, obj, next);
     next = obj;
   }
-  if (pages > span->u.small.carved_pages) pagemap_set_carved(span, span->u.small.carved_pages, pages);
-  span->u.small.carved_pages = (uint16_t)pages;
+  pagemap_set_carved(span, central_pages_of(first, size), pages);
   span->u.small.carved = (uint16_t)end;
   span->u.small.freelist = next;
 }
@@ -191,7 +190,7 @@ unsigned central_remove(unsigned cls, void **head, unsigned want) {
       if (span == NULL) break;
       span->u.small.allocated = 0;
       c->spans_in_use++;
-      c->free_in_spans += central_span_objects(cls);
+      c->free_in_spans += sizeclass_span_objects[cls];
       central_nonempty_push(c, span);
     }
     /* Take the span's list from its head: the objects keep their tags and links (the chain handed
@@ -238,7 +237,7 @@ static void central_insert_spans(central_t *c, unsigned cls, void *chain, span_t
     if (span->u.small.allocated == 0) {
       central_nonempty_remove(c, span);
       c->spans_in_use--;
-      c->free_in_spans -= central_span_objects(cls);
+      c->free_in_spans -= sizeclass_span_objects[cls];
       span->next = *emptied;
       *emptied = span;
     }

@@ -290,12 +290,6 @@ QM_INLINE void *harden_quarantine_swap(void *obj, unsigned cls, unsigned *leavin
   return leaving;
 }
 
-/* The large ring's common case, once it is at its bound (its length or its bytes): the block in a
- * slot drawn now leaves and obj (slot bytes, over HARDEN_QUARANTINE_SMALL) takes its place, if that
- * keeps the ring within its byte bound. Returns the block that leaves (checked), with *leaving_cls,
- * for the caller to push; NULL sends obj to the slow half: a small block, a ring still filling, an
- * exiting thread's (its rings are emptied: count 0), or a swap that would pass the bound. Before
- * it, every free of a block over 16 KiB took the slow half (about 60 instructions more). */
 /* Puts obj (of class cls) in slot i of the large ring r, whose byte count changes by `grows` (obj's
  * slot bytes less the leaving block's, computed by the caller, who checks the bound with it);
  * returns the block that was there (checked), with *leaving_cls. */
@@ -309,6 +303,12 @@ QM_INLINE void *harden_ring_replace(harden_ring_t *r, uint32_t i, void *obj, uns
   return leaving;
 }
 
+/* The large ring's common case, once it is at its bound (its length or its bytes): the block in a
+ * slot drawn now leaves and obj (slot bytes, over HARDEN_QUARANTINE_SMALL) takes its place, if that
+ * keeps the ring within its byte bound. Returns the block that leaves (checked), with *leaving_cls,
+ * for the caller to push; NULL sends obj to the slow half: a small block, a ring still filling, an
+ * exiting thread's (its rings are emptied: count 0), or a swap that would pass the bound. Before
+ * it, every free of a block over 16 KiB took the slow half (about 60 instructions more). */
 QM_INLINE void *harden_quarantine_swap_large(void *obj, unsigned cls, size_t slot, unsigned *leaving_cls) {
   harden_thread_t *t = &harden_self;
   harden_ring_t *r = &t->large;

@@ -46,6 +46,9 @@ void pagemap_set_small(span_t *span) {
   for (uint32_t i = 0; i < span->npages; i++) pagemap_set(span->start + i * PAGE_SIZE, span, 0);
 }
 
+/* Writes small[] only, not through pagemap_set: spans[] belongs to the page heap's lock (its
+ * coalescing reads a neighbour's entry), and this runs under the class lock (ThreadSanitizer, in
+ * checked-tsan, reports a rewrite of spans[] here racing with pageheap_insert_coalesced). */
 void pagemap_set_carved(span_t *span, uint32_t from, uint32_t to) {
   uintptr_t entry = PAGEMAP_SMALL_ENTRY(span->start, span->sizeclass);
   for (uint32_t i = from; i < to; i++) {

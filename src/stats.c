@@ -65,7 +65,7 @@ void stats_snapshot(stats_snapshot_t *s) {
   for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
     central_t *c = &central_lists[cls];
     size_t size = sizeclass_size[cls], span_bytes = sizeclass_pages[cls] * PAGE_SIZE;
-    size_t per_span = span_bytes / size;
+    size_t per_span = sizeclass_span_objects[cls];
     pthread_mutex_lock(&c->lock);
     size_t spans = c->spans_in_use, in_spans = c->free_in_spans, in_transfer = (size_t)c->transfer_count * c->batch;
     pthread_mutex_unlock(&c->lock);

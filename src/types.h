@@ -36,8 +36,8 @@ typedef struct span_s {
     struct {            /* SPAN_SMALL */
       void *freelist;   /* its free objects (freelist.h); slots past `carved` are in none */
       uint32_t allocated; /* objects out of this span: in programs, thread or transfer caches */
-      uint16_t carved;    /* slots linked so far, from the first (central.c carves on demand) */
-      uint16_t carved_pages; /* pages whose page-map small entry is set: those of carved slots' starts */
+      uint16_t carved;    /* slots linked so far, from the first (central.c carves on demand); the
+                           * pages holding their starts are those with a page-map small entry */
     } small;
     struct {            /* SPAN_FREE_BACKED: list of backed free spans, oldest first (decay) */
       struct span_s *newer;

@@ -56,7 +56,7 @@ int main(void) {
 
   for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
     size_t span_bytes = (size_t)sizeclass_pages[cls] * PAGE_SIZE, size = sizeclass_size[cls];
-    CHECK_MSG(span_bytes - span_bytes / size * size <= span_bytes / 8, "class %u tail waste", cls);
+    CHECK_MSG(span_bytes % size <= span_bytes / 8, "class %u tail waste", cls);
     /* The tail is resident and holds nothing: under 1/16 of the span in every class since spans
      * may take up to twice the fewest pages to shrink it (tools/gen_sizeclasses.py,
      * least_waste_pages); sqlite's 4,368-byte page-cache entries wasted 10% in 5-page spans of the
