@@ -534,11 +534,11 @@ static void prof_fork_child(void) {
 
 void prof_start(void) {
   prof_locate_own_text();
-  /* Here, outside any lock and not inside a malloc, rather than at the first sample: opening
-   * libgcc_s takes the loader's lock. */
+  /* Here, outside any lock, rather than at the first sample: opening libgcc_s (where the walk
+   * needs it) takes the loader's lock. */
   if (option(OPTION_PROF_SAMPLE) != 0) {
     bool was = prof_suspend(); /* the loader's own allocations are qmalloc's, not the program's */
-    if (!prof_unwind_load()) log_printf(2, "qmalloc: libgcc_s.so.1 not found; heap profile samples will have no stacks\n");
+    prof_unwind_start();
     prof_resume(was);
   }
   pthread_atfork(prof_fork_prepare, prof_fork_parent, prof_fork_child);

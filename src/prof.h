@@ -84,8 +84,10 @@ unsigned prof_stack_capture_libgcc(uintptr_t *frames, unsigned skip);
 /* How many frame rules were read from the DWARF call-frame information so far (tests). */
 uint64_t prof_unwind_rules_read(void);
 /* Finds libgcc's unwinder (in the process, else by opening libgcc_s.so.1) once; false if there is
- * none. Called by prof_start when sampling is on, and by the captures. */
+ * none. For architectures without the cached walk (prof_unwind_start) and tests. */
 bool prof_unwind_load(void);
+/* At start with sampling on: loads libgcc where the walk needs it for every sample (not x86-64). */
+void prof_unwind_start(void);
 /* A fork child: the rule table's writer lock and the unwinder's loading lock may have been held by a
  * thread that is gone. */
 void prof_unwind_fork_child(void);
