@@ -258,7 +258,7 @@ typedef struct stats_snapshot_s {
   intptr_t unclaimed_budget;
   uint64_t refills, flushes, gc_runs, idle_reclaims, idle_reclaimed_bytes, release_calls, released_bytes_total;
   uint64_t release_failures, unmapped_bytes_total, unmap_failures, releaser_wakeups;
-  uint64_t prof_sample_rate, prof_samples, prof_live_samples, prof_live_bytes; /* prof.c */
+  uint64_t prof_sample_rate, prof_samples, prof_samples_stretched, prof_live_samples, prof_live_bytes; /* prof.c */
   size_t class_in_use[SIZECLASS_COUNT], class_free[SIZECLASS_COUNT], class_spans[SIZECLASS_COUNT];
   tcache_thread_stats_t thread[STATS_THREADS_SHOWN]; /* the first live caches (threads counts all) */
 } stats_snapshot_t;

@@ -109,6 +109,8 @@
   X(STATS, stats, COUNT, 0, 0, 2, "print statistics to stderr at exit: 1 text, 2 JSON")          \
   X(PROF_SAMPLE, prof_sample, BYTES, 0, 0, 1 * OPTIONS_TIB,                          \
     "heap profiler: one sample per this many bytes allocated, on average (0: off)")               \
+  X(PROF_MAX_SAMPLES, prof_max_samples, COUNT, 10000, 0, 10000000,                                \
+    "heap profiler: most samples a second in the process, on average; beyond, the intervals stretch (0: no limit)") \
   X(PROF_DUMP, prof_dump, PATH, 0, 0, OPTIONS_PATH_MAX - 1,                                        \
     "heap profiler: write the leak, peak and allocated profiles to PATH.<pid>.<kind>.heap at exit") \
   X(PROF_SIGNAL, prof_signal, COUNT, 0, 0, 64,                                                     \

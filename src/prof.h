@@ -17,6 +17,10 @@
  * of s bytes is sampled). */
 typedef struct prof_counts_s {
   uint64_t samples, sampled_bytes;
+  /* The samples and their bytes as samples at the base interval (prof_sample) would count them,
+   * for the profile files, whose readers scale by that interval: a sample drawn at an interval the
+   * budget stretched (prof.c) stands for more than one. Equal to the raw counts, x1024, without. */
+  uint64_t equiv_x1024, equiv_bytes;
   uint64_t est_objects_x1024, est_bytes; /* objects in 1/1024ths, so small blocks do not round to 0 */
 } prof_counts_t;
 
@@ -54,6 +58,8 @@ void prof_resized(void *was, void *now, size_t size);
 uint64_t prof_draw_interval(uint64_t *state, uint64_t rate);
 /* The estimated bytes a sample of `size` stands for at `rate` (see prof_counts_t). */
 uint64_t prof_estimate_bytes(size_t size, uint64_t rate);
+/* How many samples at interval `base` one of `size` bytes drawn at interval `mean` stands for, x1024. */
+uint64_t prof_equiv_x1024(size_t size, uint64_t mean, uint64_t base);
 /* Process start (from init.c, after malloc works): fork handlers, the dump signal, the exit dump. */
 void prof_start(void);
 /* What the dump signal's handler does (async-signal-safe): writes the live profile to
@@ -67,6 +73,7 @@ void prof_reset_allocated(void);
 bool prof_dump_fd(int fd, prof_kind_t kind);
 typedef struct prof_totals_s {
   uint64_t rate, samples_taken, samples_dropped, live_samples, live_est_bytes, peak_est_bytes;
+  uint64_t samples_stretched; /* drawn at an interval the sample budget stretched */
 } prof_totals_t;
 void prof_totals(prof_totals_t *out); /* takes prof_lock */
 /* Tests only: called from inside the unwinder's frame callback, to make "the unwinder allocates"

@@ -7,8 +7,10 @@
  *   MAPPED_LIBRARIES:
  *   <a copy of /proc/self/maps>                                 (so the reader can symbolise)
  *
- * The counts are the raw samples and their requested bytes; "heap_v2/<rate>" tells the reader to
- * scale each line by 1 / (1 - exp(-average size / rate)), the chance such a block is sampled.
+ * The counts are the samples and their requested bytes, counted as samples at the interval <rate>
+ * (a sample the budget drew at a stretched interval counts for more: prof_counts_t); "heap_v2/<rate>"
+ * tells the reader to scale each line by 1 / (1 - exp(-average size / rate)), the chance such a
+ * block is sampled.
  * The first pair is the profile's kind (live, peak or allocated), the second everything allocated
  * since start or the last reset, as gperftools writes it. Not here: what is sampled (prof.c).
  * Lock: the caller holds prof_lock. Only write/open/read/close: safe in the dump signal's handler
@@ -77,25 +79,28 @@ static void prof_copy_maps(prof_out_t *o) {
   close(fd);
 }
 
+/* A line's counts as the file's readers count samples: at the header's interval (prof_counts_t). */
+static unsigned long long prof_line_samples(const prof_counts_t *c) { return (unsigned long long)((c->equiv_x1024 + 512) / 1024); }
+
 bool prof_dump_write(int fd, prof_kind_t kind, const prof_stack_t *stacks, uint64_t rate) {
   prof_out_t o = {.fd = fd};
   prof_counts_t shown = {0}, allocated = {0};
   for (const prof_stack_t *s = stacks; s != NULL; s = s->next_in_list) {
     const prof_counts_t *c = prof_counts_of(s, kind);
-    shown.samples += c->samples;
-    shown.sampled_bytes += c->sampled_bytes;
-    allocated.samples += s->allocated.samples;
-    allocated.sampled_bytes += s->allocated.sampled_bytes;
+    shown.equiv_x1024 += c->equiv_x1024;
+    shown.equiv_bytes += c->equiv_bytes;
+    allocated.equiv_x1024 += s->allocated.equiv_x1024;
+    allocated.equiv_bytes += s->allocated.equiv_bytes;
   }
   /* Rate 0 (sampling off) still makes a valid, empty profile; the readers divide by it. */
-  prof_out(&o, "heap profile: %6llu: %8llu [%6llu: %8llu] @ heap_v2/%llu\n", (unsigned long long)shown.samples,
-           (unsigned long long)shown.sampled_bytes, (unsigned long long)allocated.samples,
-           (unsigned long long)allocated.sampled_bytes, (unsigned long long)(rate ? rate : 1));
+  prof_out(&o, "heap profile: %6llu: %8llu [%6llu: %8llu] @ heap_v2/%llu\n", prof_line_samples(&shown),
+           (unsigned long long)shown.equiv_bytes, prof_line_samples(&allocated),
+           (unsigned long long)allocated.equiv_bytes, (unsigned long long)(rate ? rate : 1));
   for (const prof_stack_t *s = stacks; s != NULL; s = s->next_in_list) {
     const prof_counts_t *c = prof_counts_of(s, kind);
     if (c->samples == 0 && s->allocated.samples == 0) continue;
-    prof_out(&o, "%6llu: %8llu [%6llu: %8llu] @", (unsigned long long)c->samples, (unsigned long long)c->sampled_bytes,
-             (unsigned long long)s->allocated.samples, (unsigned long long)s->allocated.sampled_bytes);
+    prof_out(&o, "%6llu: %8llu [%6llu: %8llu] @", prof_line_samples(c), (unsigned long long)c->equiv_bytes,
+             prof_line_samples(&s->allocated), (unsigned long long)s->allocated.equiv_bytes);
     for (uint32_t i = 0; i < s->depth; i++) prof_out(&o, " 0x%zx", (size_t)s->frames[i]);
     prof_out(&o, "\n");
   }

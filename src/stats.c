@@ -52,6 +52,7 @@ size_t stats_mapped(void) { return (size_t)__atomic_load_n(&stats_mapped_bytes, 
   X(releaser_wakeups, "times the background releaser woke (0: not started)")                   \
   X(prof_sample_rate, "heap profiler: bytes allocated per sample, on average (0: off)")         \
   X(prof_samples, "heap profiler: samples taken since start")                                  \
+  X(prof_samples_stretched, "heap profiler: samples drawn at an interval the sample budget stretched") \
   X(prof_live_samples, "heap profiler: sampled blocks live now")                               \
   X(prof_live_bytes, "heap profiler: bytes live now, estimated from the samples")
 
@@ -112,6 +113,7 @@ void stats_snapshot(stats_snapshot_t *s) {
   prof_totals(&prof);
   s->prof_sample_rate = prof.rate;
   s->prof_samples = prof.samples_taken;
+  s->prof_samples_stretched = prof.samples_stretched;
   s->prof_live_samples = prof.live_samples;
   s->prof_live_bytes = prof.live_est_bytes;
 }

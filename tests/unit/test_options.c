@@ -233,6 +233,9 @@ static void test_good_values(void) {
   expect_accepted("prof_sample", "0", 0);
   expect_accepted("prof_sample", "512K", 512 << 10);
   expect_accepted("prof_signal", "12", 12);
+  expect_accepted("prof_max_samples", "0", 0);
+  expect_accepted("prof_max_samples", "1000", 1000);
+  expect_rejected("prof_max_samples", "10000001");
   expect_rejected("prof_signal", "65");
 
   expect_accepted("decay_ms", "0", 0);
@@ -500,7 +503,14 @@ static void test_verbose_dump(void) {
   }
   CHECK(strstr(out, "= true     (default false; set by QMALLOC_VERBOSE)\n") != NULL);
   CHECK(strstr(out, "= 1M       (default 16M; set by QMALLOC_TCACHE_MAX)\n") != NULL);
-  CHECK(strstr(out, "qmalloc: option decay_ms       = 250      (default)\n") != NULL);
+  int width = 0; /* names are padded to the longest */
+  for (int id = 0; id < OPTION_COUNT; id++) {
+    int len = (int)strlen(options_name((option_id_t)id));
+    width = len > width ? len : width;
+  }
+  char decay_line[128];
+  snprintf(decay_line, sizeof decay_line, "qmalloc: option %-*s = 250      (default)\n", width, "decay_ms");
+  CHECK_MSG(strstr(out, decay_line) != NULL, "no line '%s' in:\n%s", decay_line, out);
 }
 
 /* Whatever options_print and the docs show is accepted back by options_set. */
