@@ -48,8 +48,11 @@ void prof_resume(bool was) { prof_self.inside = was; }
 
 /* ---- the tables (under prof_lock) ---------------------------------------------------------- */
 
-#define PROF_STACK_BUCKETS 4096
-#define PROF_LIVE_BUCKETS 16384
+/* Touched at random, a page at a time: at 4096 and 16384 buckets a small program's first samples
+ * faulted in a page of each for every sample. Chains stay short where it matters: a sample (at
+ * most prof_max_samples a second) walks one stack chain, a sampled block's free one live chain. */
+#define PROF_STACK_BUCKETS 1024
+#define PROF_LIVE_BUCKETS 2048
 #define PROF_POOL_CHUNK ((size_t)1 << 20)
 
 typedef struct prof_sample_s {

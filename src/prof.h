@@ -90,6 +90,9 @@ unsigned prof_stack_capture(uintptr_t *frames, unsigned skip);
 unsigned prof_stack_capture_libgcc(uintptr_t *frames, unsigned skip);
 /* How many frame rules were read from the DWARF call-frame information so far (tests). */
 uint64_t prof_unwind_rules_read(void);
+/* Tests: the rule at code address pc looked up as a walk does (read and cached if new); false on
+ * architectures without the rule cache. */
+bool prof_unwind_rule_at(uintptr_t pc);
 /* Finds libgcc's unwinder (in the process, else by opening libgcc_s.so.1) once; false if there is
  * none. For architectures without the cached walk (prof_unwind_start) and tests. */
 bool prof_unwind_load(void);

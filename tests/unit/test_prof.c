@@ -7,6 +7,7 @@
  * and sized frees; the peak is kept, each stack as it was at the last peak; a thread that exits
  * with live samples leaves them valid; a fork child starts with an empty profile and can free what
  * it inherited. */
+#include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -239,6 +240,25 @@ static void test_stack_walk(void) {
   signal(SIGUSR1, SIG_DFL);
   CHECK_EQ(walks_compared, 6);
   CHECK_EQ(walks_differing, 0);
+}
+
+/* The rule cache grows from one page: 2,000 code addresses (every 8th byte of 16 KiB of libc's text
+ * from printf on) are each read once, through four growths of the table, and the second pass
+ * finds all of them cached. */
+static void test_rule_cache_grows(void) {
+  uintptr_t base = (uintptr_t)dlsym(RTLD_DEFAULT, "printf");
+  CHECK(base != 0);
+  uint64_t before = prof_unwind_rules_read();
+  for (uintptr_t i = 0; i < 2000; i++) prof_unwind_rule_at(base + 8 * i + 1);
+  uint64_t first = prof_unwind_rules_read();
+  for (uintptr_t i = 0; i < 2000; i++) prof_unwind_rule_at(base + 8 * i + 1);
+  uint64_t second = prof_unwind_rules_read();
+#if defined(__x86_64__)
+  CHECK_MSG(first - before == 2000, "%llu rules read for 2000 addresses", (unsigned long long)(first - before));
+  CHECK_MSG(second == first, "%llu read again on the second pass", (unsigned long long)(second - first));
+#else
+  CHECK_EQ(second, before);
+#endif
 }
 
 /* ---- the unwinder allocates ------------------------------------------------------------------ */
@@ -659,6 +679,7 @@ int main(void) {
   test_estimates();
   test_stack_has_caller();
   test_stack_walk();
+  test_rule_cache_grows();
   test_unwinder_allocates();
   test_signal_inside_profiler();
   test_peak(); /* before any large sample: the peak must be the one it makes */
