@@ -746,7 +746,7 @@ QM_EXPORT int qm_trim(size_t pad) {
   if (!init_done) return 0;
   if (qm_hardened) quarantine_flush_hardened();
   tcache_flush_self();
-  prof_pages_release(false); /* this thread's kept sampled pages (other threads' stay: 32 KiB each at most) */
+  prof_pages_release(false); /* this thread's kept sampled page (other threads' stay: one page each at most) */
   tcache_reclaim_idle(true); /* every other cache not in use right now */
   central_drain_transfer();
   return pageheap_release_all() > 0;

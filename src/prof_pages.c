@@ -7,14 +7,12 @@
  * allocated and waits in its freeing thread's stash for that thread's next sample, so that a
  * steady stream of samples touches neither the page heap nor the page map.
  * A stashed span is SPAN_LARGE with sampled = PROF_PAGE_STASHED: a free of its address is a
- * double free (api.c's block_of). At most PROF_PAGES_KEPT per thread (32 KiB), handed back at
+ * double free (api.c's block_of). At most PROF_PAGES_KEPT per thread (prof.h), handed back at
  * thread exit (tcache_thread_exit: only a thread with a live cache keeps any) and by malloc_trim
  * on its calling thread.
  * Lock: none; the page heap's for what goes back to it. */
 #include "internal.h"
 #include "prof.h"
-
-#define PROF_PAGES_KEPT 4
 
 typedef struct prof_pages_s {
   span_t *spans[PROF_PAGES_KEPT];
