@@ -257,7 +257,7 @@ uint64_t prof_equiv_x1024(size_t size, uint64_t mean, uint64_t base) {
  * 8 KiB blocks without touching them crosses 2 MiB every 256 pairs, where samples cost it 5% of
  * its time on one thread (malloc-test: 0.351 s against 0.368 s) and up to 25% on short
  * multi-threaded runs. So the process takes at most prof_max_samples samples a second on
- * average: a bucket of PROF_BUDGET_BURST samples (a program's start, a burst of large blocks),
+ * average: a bucket of PROF_BUDGET_BURST samples (prof.h: a program's start, a burst of large blocks),
  * refilled at that rate. Once it is empty, the sample rate is measured over a period
  * (PROF_BUDGET_PERIOD_NS, or the period's share of samples if that comes first) and the mean
  * interval every thread draws its next samples with is multiplied by the power of two that brings
@@ -267,7 +267,6 @@ uint64_t prof_equiv_x1024(size_t size, uint64_t mean, uint64_t base) {
  * two the weights differ by 2 at most: the estimates keep about the precision of their count.
  * One try-lock, taken once a sample (at most the limit's rate): a thread that finds it held
  * skips the bookkeeping for that sample. */
-#define PROF_BUDGET_BURST 256
 #define PROF_BUDGET_PERIOD_NS 8000000ull
 #define PROF_STRETCH_MAX 24
 static struct {
