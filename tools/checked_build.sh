@@ -10,7 +10,10 @@
 #   tsan   ThreadSanitizer + UndefinedBehaviorSanitizer over the library's own code, without the
 #          standard names (QM_STD_NAMES=OFF: the sanitizer runtime owns malloc), the tests calling
 #          the qm_* entry points: multi-thread stress with remote frees (4 threads x 1,500
-#          operations) and thread churn (160 threads) with no suppression at all, then idle reclaim
+#          operations) and thread churn (160 threads) with no suppression at all, the same stress
+#          with the heap profiler sampling every 64 bytes under a budget of 100 samples a second
+#          (about 2,200 samples, the bucket and a few at stretched intervals: records, forgets, the
+#          budget's bookkeeping and the stack walk from four threads), then idle reclaim
 #          (unit-reclaim, its race at QM_TEST_RACE_OPS operations a racer) and the thread-cache,
 #          central-list and page-heap unit tests. Any report fails the test (halt_on_error, and
 #          -fno-sanitize-recover for UBSan). The stress tests run with idle reclaim off
@@ -40,7 +43,8 @@ case $kind in
     unit_regex='^unit-(reclaim|tcache|central|pageheap)$'
     units=(unit_reclaim unit_tcache unit_central unit_pageheap)
     stress=("stress-stress QMALLOC_TCACHE_IDLE_MS=0 -- stress_stress --threads 4 --ops 1500"
-            "stress-thread_churn QMALLOC_TCACHE_IDLE_MS=0 -- stress_thread_churn --threads 160") ;;
+            "stress-thread_churn QMALLOC_TCACHE_IDLE_MS=0 -- stress_thread_churn --threads 160"
+            "stress-stress-sampled QMALLOC_TCACHE_IDLE_MS=0 QMALLOC_PROF_SAMPLE=64 QMALLOC_PROF_MAX_SAMPLES=100 QMALLOC_STATS=1 -- stress_stress --threads 4 --ops 1500") ;;
   *) echo "checked_build.sh: unknown build '$kind' (expected debug or tsan)" >&2; exit 2 ;;
 esac
 [[ $kind == tsan ]] && { "$src/tools/deps.sh" checked || exit 1; }
@@ -73,6 +77,18 @@ for s in "${stress[@]}"; do
     echo "checked-$kind: ${head[0]} (${cmd[*]:1}) FAILED with status $st (timeout 600 s: 124) in $((SECONDS - t0)) s"
   fi
 done
+# The sampled stress must have sampled, and stretched, or it checked nothing of the profiler.
+if [[ $kind == tsan ]]; then
+  log="$dir/stress-stress-sampled.log"
+  taken=$(sed -n 's/^MALLOC: *\([0-9]*\) heap profiler: samples taken since start$/\1/p' "$log")
+  stretched=$(sed -n 's/^MALLOC: *\([0-9]*\) heap profiler: samples drawn at an interval the sample budget stretched$/\1/p' "$log")
+  if [[ ${taken:-0} -gt 0 && ${stretched:-0} -gt 0 ]]; then
+    echo "checked-$kind: stress-stress-sampled took $taken samples, $stretched at stretched intervals"
+  else
+    failed=1
+    echo "checked-$kind: stress-stress-sampled took '${taken}' samples, '${stretched}' stretched (expected some of both)"
+  fi
+fi
 # The unit tests through ctest (their environment is CMake's); under ThreadSanitizer with the
 # suppressions of the membarrier protocol, and unit-reclaim's race cut to 200,000 operations.
 export TSAN_OPTIONS="$tsan_plain suppressions=$src/tests/tsan.supp"
