@@ -418,7 +418,7 @@ QM_NOINLINE void prof_record(void *ptr, size_t size) {
   uintptr_t frames[PROF_MAX_FRAMES];
   unsigned depth = prof_capture(frames);
   uint64_t rate = (uint64_t)option(OPTION_PROF_SAMPLE);
-  uint64_t mean = self->sampled_mean > rate ? self->sampled_mean : rate; /* rate: sampled outside prof_should_sample (tests) */
+  uint64_t mean = self->sampled_mean > rate ? self->sampled_mean : rate; /* never under the base interval */
   uint64_t est = prof_estimate_bytes(size, mean);
   uint64_t now = os_now_ms();
   pthread_mutex_lock(&prof_lock);

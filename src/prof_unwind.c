@@ -33,8 +33,9 @@
  * already (C++ programs, a static link with libgcc_eh), the references resolve at load. Otherwise
  * prof_unwind_load opens libgcc_s.so.1: at start on architectures without the cached walk, and
  * for tests; never from inside a sample on x86-64, whose walk needs no libgcc (prof_unwind_present).
- * Opening it at start cost 30 page faults and 0.25 ms a process (perf stat -r 200, a program
- * making one sampled allocation: 98-100 faults against 68-69 with sampling off). */
+ * Opening it at start cost a sampling process 20-25 page faults and 0.25 ms (perf stat -r 200, a
+ * program making two allocations, both sampled: 128 faults and 0.83 ms with it, 104-109 and
+ * 0.57 ms without, 82-83 and 0.52-0.57 ms with sampling off). */
 #pragma weak _Unwind_Backtrace
 #pragma weak _Unwind_GetIP
 struct dwarf_eh_bases; /* what libgcc fills in with an FDE (prof_rule_read) */
