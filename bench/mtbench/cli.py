@@ -3,6 +3,7 @@
   python -m mtbench run [--preset quick|paper|smoke] [--allocators a,b] [--alloc name=/path.so]
                         [--bench x,y] [--repeat R] [--out DIR] [--build-dir DIR]
   python -m mtbench report DIR
+  python -m mtbench compare DIR BASE OTHER
   python -m mtbench list
 
 Problems the user can fix (unknown names, a missing or unloadable .so, programs not built) end
@@ -13,7 +14,7 @@ import datetime
 import os
 import sys
 
-from . import allocators, benchmarks, report, runner, store, sysinfo
+from . import allocators, benchmarks, compare, report, runner, store, sysinfo
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -59,6 +60,11 @@ def build_parser():
     rep = sub.add_parser("report", help="rebuild report.md, summary.txt and the plots of a result directory")
     rep.add_argument("dir")
     rep.add_argument("--no-plots", action="store_true", help="tables only")
+    cmp = sub.add_parser("compare", help="what OTHER costs against BASE in a result directory, per benchmark "
+                         "and overall, with a 95%% interval over the repetitions")
+    cmp.add_argument("dir")
+    cmp.add_argument("base", metavar="BASE", help="the allocator to compare against (e.g. sampling off)")
+    cmp.add_argument("other", metavar="OTHER", help="the allocator whose cost is shown")
     ls = sub.add_parser("list", help="list the allocators found and whether each loads")
     ls.add_argument("--build-dir", metavar="DIR")
     return p
@@ -138,6 +144,19 @@ def cmd_report(args):
     return 0
 
 
+def cmd_compare(args):
+    try:
+        meta, runs = store.load(args.dir)
+    except store.StoreError as e:
+        raise UsageError(str(e))
+    try:
+        print(compare.render(meta, runs, args.base, args.other))
+    except KeyError as e:
+        there = sorted({r["allocator"] for r in runs})
+        raise UsageError(f"allocator '{e.args[0]}' has no runs in {args.dir} (there: {', '.join(there) or 'none'})")
+    return 0
+
+
 def cmd_list(args):
     build_dir = _build_dir(args)
     ldcache = allocators._ldconfig_paths()
@@ -163,7 +182,7 @@ def cmd_list(args):
 def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
-        return {"run": cmd_run, "report": cmd_report, "list": cmd_list}[args.command](args)
+        return {"run": cmd_run, "report": cmd_report, "compare": cmd_compare, "list": cmd_list}[args.command](args)
     except UsageError as e:
         print(f"mtbench: error: {e}", file=sys.stderr)
         return 2
