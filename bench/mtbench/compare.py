@@ -113,7 +113,7 @@ def render(meta, runs, base, other, seed=1):
     rows = []
     for c in comparisons(meta, runs, base, other):
         mean = c.mean()
-        iv = c.interval(rng)
+        iv = c.interval(rng) if mean is not None else None  # no ratio at any point (medians of 0)
         rows.append((c.label, len(c.pairs), mean, iv, c.skipped))
     width = max(len(r[0]) for r in rows)
     lines.append(f"{'benchmark: metric':{width}}  points  {other} / {base}   95% interval")
