@@ -98,6 +98,9 @@ uint64_t prof_unwind_rules_read(void);
 /* Tests: the rule at code address pc looked up as a walk does (read and cached if new); false on
  * architectures without the rule cache. */
 bool prof_unwind_rule_at(uintptr_t pc);
+/* Tests: the rule at pc read with the FDE found through .eh_frame_hdr (*ours) and through
+ * libgcc's _Unwind_Find_FDE (*libgcc); false without libgcc or the rule cache. */
+bool prof_unwind_rules_agree(uintptr_t pc, uint64_t *ours, uint64_t *libgcc);
 /* Finds libgcc's unwinder (in the process, else by opening libgcc_s.so.1) once; false if there is
  * none. For architectures without the cached walk (prof_unwind_start) and tests. */
 bool prof_unwind_load(void);

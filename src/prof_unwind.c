@@ -431,9 +431,14 @@ static bool cfi_run(cfi_reader_t *r, cfi_state_t *s, const cfi_program_t *cie, u
 }
 
 /* The rule of the frame whose return address is key + 1, or RULE_GENERAL. */
-static uint64_t prof_rule_read(uintptr_t key) {
+static uint64_t prof_rule_read_from(uintptr_t key, bool libgcc_only);
+
+static uint64_t prof_rule_read(uintptr_t key) { return prof_rule_read_from(key, false); }
+
+/* libgcc_only: find the FDE with libgcc's _Unwind_Find_FDE alone (tests compare the two ways). */
+static uint64_t prof_rule_read_from(uintptr_t key, bool libgcc_only) {
   fde_search_t found = {.pc = key};
-  dl_iterate_phdr(fde_search_object, &found);
+  if (!libgcc_only) dl_iterate_phdr(fde_search_object, &found);
   if (!found.searched && prof_unwind_present()) { /* an object without a table: libgcc has other ways */
     struct dwarf_eh_bases bases;
     found.fde = unwind_find_fde((void *)key, &bases);
@@ -536,6 +541,13 @@ bool prof_unwind_rule_at(uintptr_t pc) {
   return true;
 }
 
+bool prof_unwind_rules_agree(uintptr_t pc, uint64_t *ours, uint64_t *libgcc) {
+  if (!prof_unwind_present()) return false;
+  *ours = prof_rule_read_from(pc, false);
+  *libgcc = prof_rule_read_from(pc, true);
+  return true;
+}
+
 static void prof_rules_fork_child(void) { prof_rules_writer = 0; }
 
 /* ---- the walk ---------------------------------------------------------------------------------- */
@@ -594,6 +606,7 @@ void prof_unwind_start(void) {} /* the rules need no libgcc */
 
 uint64_t prof_unwind_rules_read(void) { return 0; }
 bool prof_unwind_rule_at(uintptr_t pc) { return false; }
+bool prof_unwind_rules_agree(uintptr_t pc, uint64_t *ours, uint64_t *libgcc) { return false; }
 static void prof_rules_fork_child(void) {}
 
 QM_NOINLINE unsigned prof_stack_capture(uintptr_t *frames, unsigned skip) {

@@ -261,6 +261,35 @@ static void test_rule_cache_grows(void) {
 #endif
 }
 
+/* The FDE found through the object's .eh_frame_hdr table gives the rule libgcc's _Unwind_Find_FDE
+ * gives, at every 4th byte of 16 KiB of libc's text from printf on, of this program's text from
+ * main on, and of libqmalloc's (or the program's, when linked in) from malloc on: inside
+ * functions, at their starts and past their ends. */
+int main(void);
+
+static void test_fde_lookup_matches_libgcc(void) {
+  CHECK(prof_unwind_load());
+  const uintptr_t starts[] = {(uintptr_t)dlsym(RTLD_DEFAULT, "printf"), (uintptr_t)main, (uintptr_t)dlsym(RTLD_DEFAULT, "malloc")};
+  int compared = 0, differing = 0, found = 0;
+  for (size_t s = 0; s < sizeof starts / sizeof starts[0]; s++) {
+    CHECK(starts[s] != 0);
+    for (uintptr_t pc = starts[s]; pc < starts[s] + (16 << 10); pc += 4) {
+      uint64_t ours = 0, libgcc = 0;
+      if (!prof_unwind_rules_agree(pc, &ours, &libgcc)) continue;
+      compared++;
+      found += libgcc != (1ull << 33); /* not RULE_END: an FDE covered pc */
+      if (ours != libgcc && differing++ < 5)
+        fprintf(stderr, "unit-prof: rule at %#lx: %#llx through .eh_frame_hdr, %#llx through libgcc\n", (unsigned long)pc,
+                (unsigned long long)ours, (unsigned long long)libgcc);
+    }
+  }
+#if defined(__x86_64__)
+  CHECK_EQ(compared, 3 * 4096);
+  CHECK_MSG(found > compared / 2, "only %d of %d addresses had an FDE", found, compared);
+#endif
+  CHECK_EQ(differing, 0);
+}
+
 /* ---- the unwinder allocates ------------------------------------------------------------------ */
 
 static int hook_depth, hook_max_depth, hook_calls;
@@ -680,6 +709,7 @@ int main(void) {
   test_stack_has_caller();
   test_stack_walk();
   test_rule_cache_grows();
+  test_fde_lookup_matches_libgcc();
   test_unwinder_allocates();
   test_signal_inside_profiler();
   test_peak(); /* before any large sample: the peak must be the one it makes */
