@@ -28,11 +28,15 @@ span_t *pagemap_span(uintptr_t addr) {
   return leaf ? leaf->spans[(addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)] : NULL;
 }
 
+/* free()'s entry for the page at addr (whose leaf exists): published with release order. */
+static void pagemap_store_small(pagemap_leaf_t *leaf, uintptr_t addr, uintptr_t small) {
+  __atomic_store_n(&leaf->small[(addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], small, __ATOMIC_RELEASE);
+}
+
 static void pagemap_set(uintptr_t addr, span_t *span, uintptr_t small) {
   pagemap_leaf_t *leaf = pagemap_root[addr >> PAGEMAP_LEAF_SHIFT];
-  size_t i = (addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1);
-  leaf->spans[i] = span;
-  __atomic_store_n(&leaf->small[i], small, __ATOMIC_RELEASE);
+  leaf->spans[(addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)] = span;
+  pagemap_store_small(leaf, addr, small);
 }
 
 void pagemap_set_page(uintptr_t addr, span_t *span) { pagemap_set(addr, span, 0); }
@@ -46,15 +50,14 @@ void pagemap_set_small(span_t *span) {
   for (uint32_t i = 0; i < span->npages; i++) pagemap_set(span->start + i * PAGE_SIZE, span, 0);
 }
 
-/* Writes small[] only, not through pagemap_set: spans[] belongs to the page heap's lock (its
+/* Writes small[] only (pagemap_store_small), not through pagemap_set: spans[] belongs to the page heap's lock (its
  * coalescing reads a neighbour's entry), and this runs under the class lock (ThreadSanitizer, in
  * checked-tsan, reports a rewrite of spans[] here racing with pageheap_insert_coalesced). */
 void pagemap_set_carved(span_t *span, uint32_t from, uint32_t to) {
   uintptr_t entry = PAGEMAP_SMALL_ENTRY(span->start, span->sizeclass);
   for (uint32_t i = from; i < to; i++) {
     uintptr_t addr = span->start + i * PAGE_SIZE;
-    pagemap_leaf_t *leaf = pagemap_root[addr >> PAGEMAP_LEAF_SHIFT];
-    __atomic_store_n(&leaf->small[(addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], entry, __ATOMIC_RELEASE);
+    pagemap_store_small(pagemap_root[addr >> PAGEMAP_LEAF_SHIFT], addr, entry);
   }
 }
 

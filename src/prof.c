@@ -119,8 +119,6 @@ static size_t prof_live_bucket(uintptr_t ptr) { return (ptr >> PAGE_SHIFT) % PRO
 static uint64_t prof_equiv_bytes(const prof_sample_t *s) { return (s->size * s->equiv_x1024 + 512) / 1024; }
 
 static void prof_counts_add(prof_counts_t *c, const prof_sample_t *s) {
-  c->samples++;
-  c->sampled_bytes += s->size;
   c->equiv_x1024 += s->equiv_x1024;
   c->equiv_bytes += prof_equiv_bytes(s);
   c->est_bytes += s->est_bytes;
@@ -128,8 +126,6 @@ static void prof_counts_add(prof_counts_t *c, const prof_sample_t *s) {
 }
 
 static void prof_counts_sub(prof_counts_t *c, const prof_sample_t *s) {
-  c->samples--;
-  c->sampled_bytes -= s->size;
   c->equiv_x1024 -= s->equiv_x1024;
   c->equiv_bytes -= prof_equiv_bytes(s);
   c->est_bytes -= s->est_bytes;
@@ -418,7 +414,7 @@ QM_NOINLINE void prof_record(void *ptr, size_t size) {
   uintptr_t frames[PROF_MAX_FRAMES];
   unsigned depth = prof_capture(frames);
   uint64_t rate = (uint64_t)option(OPTION_PROF_SAMPLE);
-  uint64_t mean = self->sampled_mean > rate ? self->sampled_mean : rate; /* never under the base interval */
+  uint64_t mean = self->sampled_mean; /* set by prof_should_sample, which decided this sample */
   uint64_t est = prof_estimate_bytes(size, mean);
   uint64_t now = os_now_ms();
   pthread_mutex_lock(&prof_lock);

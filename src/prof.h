@@ -12,14 +12,13 @@
 
 #define PROF_MAX_FRAMES 64
 
-/* Counts of one stack: raw samples and their requested bytes, and the unbiased estimates (each
- * sample of s bytes stands for s / (1 - exp(-s / rate)) bytes, since that is the chance a block
- * of s bytes is sampled). */
+/* Counts of one stack: its samples and their requested bytes, and the unbiased estimates (each
+ * sample of s bytes stands for s / (1 - exp(-s / interval)) bytes, the interval being the mean it
+ * was drawn at, since that is the chance a block of s bytes was sampled). */
 typedef struct prof_counts_s {
-  uint64_t samples, sampled_bytes;
-  /* The samples and their bytes as samples at the base interval (prof_sample) would count them,
-   * for the profile files, whose readers scale by that interval: a sample drawn at an interval the
-   * budget stretched (prof.c) stands for more than one. Equal to the raw counts, x1024, without. */
+  /* The samples and their requested bytes as samples at the base interval (prof_sample) would
+   * count them, for the profile files, whose readers scale by that interval: a sample drawn at an
+   * interval the budget stretched (prof.c) stands for more than one; any other for exactly 1024. */
   uint64_t equiv_x1024, equiv_bytes;
   uint64_t est_objects_x1024, est_bytes; /* objects in 1/1024ths, so small blocks do not round to 0 */
 } prof_counts_t;

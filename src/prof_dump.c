@@ -98,7 +98,7 @@ bool prof_dump_write(int fd, prof_kind_t kind, const prof_stack_t *stacks, uint6
            (unsigned long long)allocated.equiv_bytes, (unsigned long long)(rate ? rate : 1));
   for (const prof_stack_t *s = stacks; s != NULL; s = s->next_in_list) {
     const prof_counts_t *c = prof_counts_of(s, kind);
-    if (c->samples == 0 && s->allocated.samples == 0) continue;
+    if (c->equiv_x1024 == 0 && s->allocated.equiv_x1024 == 0) continue;
     prof_out(&o, "%6llu: %8llu [%6llu: %8llu] @", prof_line_samples(c), (unsigned long long)c->equiv_bytes,
              prof_line_samples(&s->allocated), (unsigned long long)s->allocated.equiv_bytes);
     for (uint32_t i = 0; i < s->depth; i++) prof_out(&o, " 0x%zx", (size_t)s->frames[i]);

@@ -246,37 +246,41 @@ static void cfi_skip(cfi_reader_t *r, uint64_t n) {
   else r->at += n;
 }
 
-/* Skips one value in pointer encoding `enc` (only its size matters: the function's start comes
- * from libgcc). */
-static void cfi_skip_encoded(cfi_reader_t *r, uint8_t enc) {
-  if (enc == 0xff) return; /* DW_EH_PE_omit */
+/* A fixed-size little-endian field of n bytes (x86-64 is little-endian), sign-extended if asked. */
+static uintptr_t cfi_fixed(cfi_reader_t *r, unsigned n, bool is_signed) {
+  uint64_t v = 0;
+  if (r->end - r->at >= (ptrdiff_t)n) memcpy(&v, r->at, n);
+  cfi_skip(r, n);
+  if (is_signed && n < 8 && (v >> (8 * n - 1)) & 1) v |= ~(uint64_t)0 << (8 * n);
+  return (uintptr_t)v;
+}
+
+/* One value in the format of pointer encoding `enc` (its low 4 bits), with nothing applied. */
+static uintptr_t cfi_value(cfi_reader_t *r, uint8_t enc) {
   switch (enc & 0x0f) {
-  case 0x00: cfi_skip(r, sizeof(void *)); break; /* absptr */
-  case 0x01: cfi_uleb(r); break;
-  case 0x09: cfi_sleb(r); break;
-  case 0x02: case 0x0a: cfi_skip(r, 2); break;
-  case 0x03: case 0x0b: cfi_skip(r, 4); break;
-  case 0x04: case 0x0c: cfi_skip(r, 8); break;
-  default: r->bad = true;
+  case 0x00: case 0x04: case 0x0c: return cfi_fixed(r, 8, false); /* absptr (8 bytes here), udata8, sdata8 */
+  case 0x01: return (uintptr_t)cfi_uleb(r);
+  case 0x09: return (uintptr_t)cfi_sleb(r);
+  case 0x02: return cfi_fixed(r, 2, false);
+  case 0x0a: return cfi_fixed(r, 2, true);
+  case 0x03: return cfi_fixed(r, 4, false);
+  case 0x0b: return cfi_fixed(r, 4, true);
+  default: r->bad = true; return 0;
   }
 }
 
-/* Reads one value in pointer encoding `enc` at *at: its format, and relative to its own address
- * (pcrel) or to `data_base` (datarel); false for what .eh_frame_hdr does not use (indirect,
+/* Skips one value in pointer encoding `enc` (only its size matters: the function's start comes
+ * from the table). */
+static void cfi_skip_encoded(cfi_reader_t *r, uint8_t enc) {
+  if (enc != 0xff) cfi_value(r, enc); /* DW_EH_PE_omit: nothing there */
+}
+
+/* Reads one value in pointer encoding `enc`: its format, and relative to its own address (pcrel)
+ * or to `data_base` (datarel); false for what .eh_frame_hdr does not use (omit, indirect,
  * aligned, text- or function-relative). */
 static bool cfi_read_encoded(cfi_reader_t *r, uint8_t enc, uintptr_t data_base, uintptr_t *out) {
-  if (enc == 0xff) return false; /* DW_EH_PE_omit */
-  uintptr_t here = (uintptr_t)r->at, v = 0;
-  switch (enc & 0x0f) {
-  case 0x00: case 0x04: case 0x0c: if (r->end - r->at >= 8) memcpy(&v, r->at, 8); cfi_skip(r, 8); break;
-  case 0x01: v = (uintptr_t)cfi_uleb(r); break;
-  case 0x09: v = (uintptr_t)cfi_sleb(r); break;
-  case 0x02: { uint16_t x = 0; if (r->end - r->at >= 2) memcpy(&x, r->at, 2); cfi_skip(r, 2); v = x; break; }
-  case 0x0a: { int16_t x = 0; if (r->end - r->at >= 2) memcpy(&x, r->at, 2); cfi_skip(r, 2); v = (uintptr_t)(intptr_t)x; break; }
-  case 0x03: { uint32_t x = 0; if (r->end - r->at >= 4) memcpy(&x, r->at, 4); cfi_skip(r, 4); v = x; break; }
-  case 0x0b: { int32_t x = 0; if (r->end - r->at >= 4) memcpy(&x, r->at, 4); cfi_skip(r, 4); v = (uintptr_t)(intptr_t)x; break; }
-  default: return false;
-  }
+  if (enc == 0xff) return false;
+  uintptr_t here = (uintptr_t)r->at, v = cfi_value(r, enc);
   switch (enc & 0xf0) {
   case 0x00: break;
   case 0x10: v += here; break;

@@ -36,17 +36,13 @@ class Comparison:
     """One metric of one benchmark (or all benchmarks' first metrics): the per-point costs and the
     samples the interval is drawn from."""
 
-    def __init__(self, label, pairs, better, skipped):
+    def __init__(self, label, pairs, skipped):
         self.label = label
-        self.pairs = pairs        # [(base values, other values)] per point, both non-empty
-        self.better = better      # "higher" or "lower", or a list of them per point (the overall row)
+        self.pairs = pairs        # [(base values, other values, "higher" or "lower")] per point, both non-empty
         self.skipped = skipped    # points left out (a side without a successful run)
 
-    def _better(self, i):
-        return self.better[i] if isinstance(self.better, list) else self.better
-
     def costs(self):
-        return [_cost(statistics.median(b), statistics.median(o), self._better(i)) for i, (b, o) in enumerate(self.pairs)]
+        return [_cost(statistics.median(b), statistics.median(o), better) for b, o, better in self.pairs]
 
     def mean(self):
         costs = [c for c in self.costs() if c is not None]
@@ -54,15 +50,11 @@ class Comparison:
 
     def interval(self, rng, resamples=RESAMPLES):
         """(low, high) of the 95% bootstrap interval of the geometric mean, or None."""
-        if not self.pairs:
-            return None
         means = []
         for _ in range(resamples):
             costs = []
-            for i, (b, o) in enumerate(self.pairs):
-                rb = [rng.choice(b) for _ in b]
-                ro = [rng.choice(o) for _ in o]
-                c = _cost(statistics.median(rb), statistics.median(ro), self._better(i))
+            for b, o, better in self.pairs:
+                c = _cost(statistics.median([rng.choice(b) for _ in b]), statistics.median([rng.choice(o) for _ in o]), better)
                 if c is not None:
                     costs.append(c)
             if costs:
@@ -81,7 +73,7 @@ def comparisons(meta, runs, base, other):
     for name in (base, other):
         if name not in present:
             raise KeyError(name)
-    out, headline_pairs, headline_better, headline_skipped = [], [], [], 0
+    out, headline_pairs, headline_skipped = [], [], 0
     for name, data in analysis.group(meta, runs).items():
         for k, metric in enumerate(data.bench.metrics):
             if not metric.ratios:
@@ -91,17 +83,16 @@ def comparisons(meta, runs, base, other):
                 b = data.cell(params, base, metric).values
                 o = data.cell(params, other, metric).values
                 if b and o:
-                    pairs.append((b, o))
+                    pairs.append((b, o, metric.better))
                 else:
                     skipped += 1
             if not pairs and not skipped:
                 continue
-            out.append(Comparison(f"{name}: {metric.label}", pairs, metric.better, skipped))
+            out.append(Comparison(f"{name}: {metric.label}", pairs, skipped))
             if k == 0:
                 headline_pairs += pairs
-                headline_better += [metric.better] * len(pairs)
                 headline_skipped += skipped
-    out.append(Comparison("all benchmarks, first metric each", headline_pairs, headline_better, headline_skipped))
+    out.append(Comparison("all benchmarks, first metric each", headline_pairs, headline_skipped))
     return out
 
 
