@@ -233,10 +233,12 @@ static void *alloc_large(size_t size, size_t alignment, bool *zeroed) {
   size_t npages = (size + PAGE_MASK) >> PAGE_SHIFT;
   if (qm_hardened) npages++; /* a guard page after the block */
   size_t align_pages = alignment > PAGE_SIZE ? alignment >> PAGE_SHIFT : 1;
-  span_t *span = pageheap_alloc(npages, align_pages, 0, zeroed);
+  bool released = false; /* every page unbacked: reads as zero */
+  span_t *span = pageheap_alloc(npages, align_pages, 0, &released);
   if (span == NULL) return fail_enomem();
   if (qm_hardened) harden_guard_large(span);
-  freelist_forget_tag((void *)span->start);
+  if (zeroed) *zeroed = released;
+  if (!released) freelist_forget_tag((void *)span->start);
   return (void *)span->start;
 }
 

@@ -67,10 +67,13 @@ QM_INLINE void *freelist_take(void *obj) {
  * need not write there, and realloc copies a block's first words to the block it moves to, so
  * the stale tag could travel and, once a small object is handed out at this address again, make
  * a live object look free (a false "double free", seen with the heap profiler's one-page blocks:
- * t-test1, 4 threads, in 1 run of 8). So it is wiped. Only read otherwise: a released page
- * stays unbacked (a read maps the shared zero page). */
-QM_INLINE void freelist_forget_tag(void *block) {
-  if (QM_UNLIKELY(freelist_tagged(block, freelist_key(block)))) ((uintptr_t *)block)[1] = 0;
-}
+ * t-test1, 4 threads, in 1 run of 8). So it is wiped, by a store and not a test first: the page
+ * may be one of a backed span's that nobody touched (the middle of a large block that was only
+ * written at its ends), and a read there maps the shared zero page, so that the program's first
+ * write takes a second fault, which must flush the other CPUs' TLBs of the read-only entry (an
+ * interrupt each): a tenth of server-mix's time with the heap profiler sampling, whose blocks
+ * are all large. A store faults once, as the program's own first write would. alloc_large skips
+ * spans whose pages were all released: they read as zero and stay unbacked. */
+QM_INLINE void freelist_forget_tag(void *block) { ((uintptr_t *)block)[1] = 0; }
 
 #endif
