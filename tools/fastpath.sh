@@ -6,22 +6,29 @@
 #                                             for qmalloc and every installed peer
 #   tools/fastpath.sh count A.so B.so ...     the same for the given libraries only, side by side,
 #                                             with the change from the first (before/after); a
-#                                             library may be named: before=old/libqmalloc.so
+#                                             library may be named: before=old/libqmalloc.so, and
+#                                             given options: off=build/libqmalloc.so,QMALLOC_PROF_SAMPLE=0
 #   tools/fastpath.sh asm [QMALLOC_SO]        disassembly of qm_malloc and qm_free
 # Instruction counts are repeatable (callgrind counts, it does not time), so they can be compared
 # across runs and machines of one architecture; docs/fastpath.md keeps the current figures and
 # says what the probe (tools/fastpath_bench.c) does.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-usage() { echo "usage: tools/fastpath.sh count|asm [path/to/libqmalloc.so | [NAME=]A.so [NAME=]B.so ...]" >&2; exit 2; }
+usage() { echo "usage: tools/fastpath.sh count|asm [path/to/libqmalloc.so | [NAME=]A.so[,VAR=VALUE...] ...]" >&2; exit 2; }
 mode=${1:-count}
 shift || true
 case "$mode" in count|asm) ;; *) usage ;; esac
 [[ $# -eq 0 ]] && set -- "$here/../build/libqmalloc.so"
 for arg in "$@"; do
-  so=${arg#*=}
+  so=${arg#*=}; so=${so%%,*}
   [[ "$arg" == *=* && -z "${arg%%=*}" ]] && { echo "fastpath.sh: empty name in '$arg'" >&2; exit 2; }
   [[ -f "$so" ]] || { echo "fastpath.sh: $so not found (run make first)" >&2; exit 2; }
+  if [[ "$arg" == *,* ]]; then
+    IFS=, read -ra vars <<<"${arg#*,}"
+    for var in "${vars[@]}"; do
+      [[ "$var" =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || { echo "fastpath.sh: '$var' in '$arg' is not VAR=VALUE" >&2; exit 2; }
+    done
+  fi
 done
 case "$mode" in
   asm)
@@ -40,23 +47,26 @@ case "$mode" in
     entries=()
     if [[ $# -eq 1 ]]; then
       lib=/usr/lib/x86_64-linux-gnu
-      entries=("qmalloc=${1#*=}" "system=" "mimalloc=$lib/libmimalloc.so.2" "jemalloc=$lib/libjemalloc.so.2"
-               "tcmalloc=$lib/libtcmalloc_minimal.so.4")
+      # qmalloc as it runs by default (the heap profiler sampling: its samples' share per pair), and
+      # its fast paths alone.
+      entries=("qmalloc=${1#*=}" "qmalloc-nosample=${1#*=},QMALLOC_PROF_SAMPLE=0" "system="
+               "mimalloc=$lib/libmimalloc.so.2" "jemalloc=$lib/libjemalloc.so.2" "tcmalloc=$lib/libtcmalloc_minimal.so.4")
     else
       for arg in "$@"; do
-        if [[ "$arg" == *=* ]]; then entries+=("$arg"); else entries+=("$(basename "$(dirname "$(realpath "$arg")")")/$(basename "$arg")=$arg"); fi
+        if [[ "$arg" == *=* ]]; then entries+=("$arg"); else entries+=("$(basename "$(dirname "$(realpath "${arg%%,*}")")")/$(basename "${arg%%,*}")=$arg"); fi
       done
     fi
     outs=()
     for entry in "${entries[@]}"; do
-      name=${entry%%=*}; path=${entry#*=}
+      name=${entry%%=*}; path=${entry#*=}; vars=()
+      if [[ "$path" == *,* ]]; then IFS=, read -ra vars <<<"${path#*,}"; path=${path%%,*}; fi
       if [[ -n "$path" && ! -f "$path" ]]; then outs+=("$name="); continue; fi
       # LD_PRELOAD looks a name without a slash up in the library path, not here: make it absolute,
       # or a relative build/libqmalloc.so would silently measure glibc.
       [[ -z "$path" ]] || path=$(realpath "$path")
       out="$work/cg.${#outs[@]}"
       # Strings and positions uncompressed, so that the table below can read the file line by line.
-      if ! env ${path:+LD_PRELOAD=$path} valgrind --tool=callgrind --compress-strings=no --compress-pos=no \
+      if ! env "${vars[@]}" ${path:+LD_PRELOAD=$path} valgrind --tool=callgrind --compress-strings=no --compress-pos=no \
              --callgrind-out-file="$out" "$work/probe" >"$work/log" 2>&1; then
         echo "fastpath.sh: the probe failed under $name:" >&2; tail -3 "$work/log" >&2; exit 1
       fi
