@@ -70,16 +70,13 @@
  *   backed that long for reuse without page faults, and a block that turns over faster (large-blocks)
  *   is unaffected. retain_max 64 MiB: not measured; it caps what waits meanwhile.
  * - release_large 32 MiB (glibc's largest dynamic mmap threshold).
- * - prof_sample 0 (off) by default; 2M (TCMalloc's) where it is turned on. A sample costs about
- *   2,000 instructions since stacks are walked with cached per-return-address rules (prof_unwind.c;
- *   13,000 through libgcc's unwinder before), under 1% of allocation-only loops' instructions at 2M
- *   (t-test1 max-size 4096 +0.9%, malloc-test 512 B +0.6% under callgrind); but timed side by side
- *   in mtbench's quick preset, on against off cost 5-25% on the multi-threaded benchmarks
- *   (malloc-test 1.41 against 1.14 of the best, server-mix 1.40 against 1.20, prodcons 1.21 against
- *   1.02): every sample took the page heap's lock for a page of its own, and the profiler's lock.
- *   Pages are now kept per thread (prof_pages.c; malloc-test 1.75 -> 1.31 of the best, sampling off
- *   1.00); what remains is the sample's own cost (the same with two processes as with two
- *   threads), about what 256 pairs cost at 8 KiB. Off (docs/profiling.md). Accuracy goes the other way (a site's
+ * - prof_sample 2M by default (TCMalloc's), on since the sampled blocks stopped costing a second
+ *   page fault each (alloc_large, fe95089): side by side in mtbench's quick preset, 10 repetitions
+ *   over two runs, sampling at 2M against 0 costs +0.9% over all points (95% interval 0.975-1.042;
+ *   docs/profiling.md), within this machine's noise; heap-leak's page faults +2%, the peak RSS of
+ *   small benchmarks +2% to +9% (the profiler's tables and the sampled blocks' pages). A sample costs
+ *   about 1,800 instructions (stacks are walked with cached per-return-address rules, prof_unwind.c),
+ *   and prof_max_samples bounds how many a process takes. Accuracy goes the other way (a site's
  *   spread is 1/sqrt(live bytes / interval)), and a leak of L bytes is seen with probability
  *   1 - exp(-L / interval): at 8M a 4 MiB leak is missed 61% of the time, at 2M 14%. */
 #define OPTIONS_TABLE(X)                                                                           \
@@ -107,7 +104,7 @@
     "1: invalid, double and wrong-size frees stop the program; 2: also check every thread-cache list on slow paths (slower)") \
   X(VERBOSE, verbose, BOOL, 0, 0, 1, "print the effective options to stderr at start")             \
   X(STATS, stats, COUNT, 0, 0, 2, "print statistics to stderr at exit: 1 text, 2 JSON")          \
-  X(PROF_SAMPLE, prof_sample, BYTES, 0, 0, 1 * OPTIONS_TIB,                          \
+  X(PROF_SAMPLE, prof_sample, BYTES, 2 * OPTIONS_MIB, 0, 1 * OPTIONS_TIB,                        \
     "heap profiler: one sample per this many bytes allocated, on average (0: off)")               \
   X(PROF_MAX_SAMPLES, prof_max_samples, COUNT, 10000, 0, 10000000,                                \
     "heap profiler: most samples a second in the process, on average; beyond, the intervals stretch (0: no limit)") \
