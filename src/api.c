@@ -254,13 +254,20 @@ static QM_NOINLINE void *malloc_slow(size_t size) {
  * look for samples. One page per sample, one sample per prof_sample bytes: 0.4% at 2 MiB. A
  * sample of up to one page reuses a page this thread kept from a sampled block it freed
  * (prof_pages.c): no page-heap lock, no page-map write. */
+/* The class a sampled block's request would have had (0 above SMALL_MAX), kept in its large span's
+ * sizeclass so that a sized free of it is checked as one of a block of that class would be
+ * (block_named_by), not accepted for any size its whole pages hold. */
+static unsigned sampled_class(size_t size) { return size <= SMALL_MAX ? sizeclass_of(size) : 0; }
+
 static QM_NOINLINE void *malloc_sample_slow(size_t size) {
   if (QM_UNLIKELY(!init_done)) init_process();
   if (!prof_should_sample(size)) return malloc_cached(size, tcache_tls_offset());
   span_t *kept = size <= PAGE_SIZE ? prof_pages_take() : NULL;
   void *p = kept != NULL ? (void *)kept->start : alloc_large(size ? size : 1, PAGE_SIZE, NULL);
   if (p != NULL) {
-    pagemap_span((uintptr_t)p)->sampled = 1;
+    span_t *span = pagemap_span((uintptr_t)p);
+    span->sampled = 1;
+    span->sizeclass = (uint8_t)sampled_class(size);
     prof_record(p, size);
   }
   return p;
@@ -299,15 +306,17 @@ static bool sized_free_names(unsigned cls, size_t size) {
 
 
 /* Whether a sized free's size (and alignment, above 16) names block b: for a small block as
- * sized_free_names says, or the aligned class; for a large block, its pages as alloc_large rounds
- * them (a huge block's mapping also to whole kernel pages), asked by a size no class holds, or any
- * size for a sampled block (whole pages whatever its size). free_slow and free_sized_slow. */
+ * sized_free_names says, or the aligned class; a sampled block (whole pages whatever its size) as
+ * the class its request would have had; for a large block, its pages as alloc_large rounds them
+ * (a huge block's mapping also to whole kernel pages), asked by a size no class holds.
+ * free_slow and free_sized_slow. */
 static bool block_named_by(block_t b, size_t size, size_t alignment) {
   unsigned expected = size > SMALL_MAX ? 0 : alignment > 16 ? sizeclass_for_aligned(size, alignment) : sizeclass_of(size);
-  if (b.cls != 0) return expected == b.cls || (alignment <= 16 && sized_free_names(b.cls, size));
+  unsigned cls = b.cls != 0 ? b.cls : b.span->sampled ? b.span->sizeclass : 0;
+  if (cls != 0) return expected == cls || (alignment <= 16 && sized_free_names(cls, size));
   size_t pages = size ? (size + PAGE_MASK) >> PAGE_SHIFT : 1;
   size_t slack = b.span->direct && os_page_size() > PAGE_SIZE ? os_page_size() / PAGE_SIZE : 1;
-  return (expected == 0 || b.span->sampled) && pages <= b.span->npages && b.span->npages - pages < slack;
+  return expected == 0 && pages <= b.span->npages && b.span->npages - pages < slack;
 }
 
 /* A small block that carries its free tag is not live: freeing it again is a double free, any
@@ -442,6 +451,7 @@ static void *realloc_impl(void *ptr, size_t size) {
     /* A sampled block (whole pages whatever its size) keeps its place down to half, as a block of
      * a class does, while the new size needs all its pages (so that a sized free of the new size
      * names it, block_named_by): whether a block was sampled should not change what realloc does. */
+    b.span->sizeclass = (uint8_t)sampled_class(size);
     prof_resized(ptr, ptr, size);
     return ptr;
   } else if (size > SMALL_MAX && size <= PTRDIFF_MAX) {
@@ -460,7 +470,9 @@ static void *realloc_impl(void *ptr, size_t size) {
     if (same != NULL) {
       if (b.span->sampled || (same != ptr && pagemap_span((uintptr_t)same)->sampled)) {
         /* A sampled block resized without a copy stays sampled, with its new size and place. */
-        pagemap_span((uintptr_t)same)->sampled = 1;
+        span_t *span = pagemap_span((uintptr_t)same);
+        span->sampled = 1;
+        span->sizeclass = 0; /* size > SMALL_MAX */
         prof_resized(ptr, same, size);
       }
       return same;

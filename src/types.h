@@ -25,7 +25,7 @@ typedef enum {
 typedef struct span_s {
   uintptr_t start;     /* address of the first page */
   uint32_t npages;
-  uint8_t sizeclass;   /* SPAN_SMALL only */
+  uint8_t sizeclass;   /* SPAN_SMALL: its class; a sampled SPAN_LARGE: its request's (api.c) */
   uint8_t state;       /* span_state_t */
   uint8_t direct;      /* SPAN_LARGE: a mapping of its own (huge block), unmapped when freed */
   uint8_t aged;        /* SPAN_FREE_BACKED: on the age list (it holds a whole kernel page to release) */
