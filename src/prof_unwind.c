@@ -619,9 +619,13 @@ QM_NOINLINE unsigned prof_stack_capture(uintptr_t *frames, unsigned skip) {
   return depth;
 }
 
-/* Loaded at start, outside any lock, rather than at the first sample. */
+/* Loaded at start, outside any lock, rather than at the first sample. Sampling is on by default:
+ * only a process that asked for profiles (a dump at exit or on a signal) is told they will have
+ * no stacks; the others run as they would without the profiler. */
 void prof_unwind_start(void) {
-  if (!prof_unwind_load()) log_printf(2, "qmalloc: libgcc_s.so.1 not found; heap profile samples will have no stacks\n");
+  bool asked = option_string(OPTION_PROF_DUMP)[0] != '\0' || option(OPTION_PROF_SIGNAL) != 0;
+  if (!prof_unwind_load() && asked)
+    log_printf(2, "qmalloc: libgcc_s.so.1 not found; heap profile samples will have no stacks\n");
 }
 
 #endif
