@@ -89,6 +89,15 @@ else
   fi
   grep -q '<svg' "$QM_TMP/leak.svg" 2>/dev/null && grep -q 'leak_here' "$QM_TMP/leak.svg" &&
     pass "qmalloc-profile wrote a flame graph with leak_here" || fail "no flame graph SVG with leak_here"
+  # A program that leaves nothing sampled: the report says so, and no flame graph is drawn.
+  (cd "$QM_TMP" && QMALLOC_SO=$QMALLOC_SO "$TOOL" /bin/true >"$QM_TMP/none.out" 2>"$QM_TMP/none.err")
+  st=$?
+  if [[ $st -eq 0 ]] && grep -q 'none: no sampled block was left unfreed at exit' "$QM_TMP/none.out" &&
+     [[ ! -e $QM_TMP/qmalloc-profile.leak.svg ]]; then
+    pass "qmalloc-profile on a program that leaks nothing: 'none', status 0, no flame graph"
+  else
+    fail "qmalloc-profile /bin/true: status $st, no 'none' line or a flame graph written"; head -5 "$QM_TMP/none.out" "$QM_TMP/none.err" | sed 's/^/    | /'
+  fi
   "$TOOL" --kind nope "$PROG" 2>"$QM_TMP/bad.err"
   st=$?
   [[ $st -ne 0 && $(wc -l <"$QM_TMP/bad.err") -eq 1 ]] && pass "qmalloc-profile: a bad --kind is one line, status $st" ||
