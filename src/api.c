@@ -248,17 +248,17 @@ static QM_NOINLINE void *malloc_slow(size_t size) {
   return alloc_large(size, PAGE_SIZE, NULL);
 }
 
+/* The class a sampled block's request would have had (0 above SMALL_MAX), kept in its large span's
+ * sizeclass so that a sized free of it is checked as one of a block of that class would be
+ * (block_named_by), not accepted for any size its whole pages hold. */
+static unsigned sampled_class(size_t size) { return size <= SMALL_MAX ? sizeclass_of(size) : 0; }
+
 /* The countdown ran out: prof.c decides whether this allocation is sampled. A sampled block is
  * served as whole pages of its own (a large span, flagged), whatever its size, so that its free
  * reaches free_slow (the page map's small entry is 0 there) and nothing on the fast paths has to
  * look for samples. One page per sample, one sample per prof_sample bytes: 0.4% at 2 MiB. A
  * sample of up to one page reuses a page this thread kept from a sampled block it freed
  * (prof_pages.c): no page-heap lock, no page-map write. */
-/* The class a sampled block's request would have had (0 above SMALL_MAX), kept in its large span's
- * sizeclass so that a sized free of it is checked as one of a block of that class would be
- * (block_named_by), not accepted for any size its whole pages hold. */
-static unsigned sampled_class(size_t size) { return size <= SMALL_MAX ? sizeclass_of(size) : 0; }
-
 static QM_NOINLINE void *malloc_sample_slow(size_t size) {
   if (QM_UNLIKELY(!init_done)) init_process();
   if (!prof_should_sample(size)) return malloc_cached(size, tcache_tls_offset());
