@@ -5,6 +5,8 @@
 #    allocated, and the one SIGUSR2 wrote mid-run) that google-pprof reads; the leak report holds
 #    exactly leak_here's two stacks, and google-pprof attributes all of it to leak_here;
 #  - python3 building a large dict: the peak profile it writes at exit parses too;
+#  - a C++ program, four threads, 100 calls deep: the leak is all in the function that kept it,
+#    its estimate right, its stacks cut at 64 frames;
 #  - libgcc_s is not loaded into a C program for sampling (x86-64; elsewhere only when sampling).
 # google-pprof comes from Debian's google-perftools, installed here when missing (as root); if it
 # cannot be installed the reader checks are skipped with the reason printed, the rest still runs.
@@ -117,6 +119,37 @@ if [[ -n $PY ]]; then
 else
   fail "python3 not found"
 fi
+# ---- a C++ program, four threads, 100 calls deep (tests/preload/prof_deep.cc) -------------------
+# Every thread keeps 64 blocks of 64 KiB allocated by operator new in keep_deep, 100 frames down,
+# and churns as much again that it frees. At a 16 KiB interval a 64 KiB block is sampled with
+# probability 98%: the estimate of the 16 MiB kept is within 1% or so, and a thread whose samples
+# were lost would take a quarter of it away.
+DEEP=$QM_TEST_BIN/preload_prof_deep
+LD_PRELOAD=$QMALLOC_SO QMALLOC_PROF_SAMPLE=16K QMALLOC_PROF_MAX_SAMPLES=0 QMALLOC_PROF_DUMP=$QM_TMP/deep \
+  "$DEEP" >"$QM_TMP/deep.out" 2>"$QM_TMP/deep.err"
+st=$?
+f=$(ls "$QM_TMP"/deep.*.leak.heap 2>/dev/null | head -1)
+if [[ $st -eq 0 && $(cat "$QM_TMP/deep.out") == "kept 256 blocks of 65536 bytes" && -n $f ]]; then
+  pass "prof_deep ran: four threads, status 0, $(basename "$f")"
+  # The deepest stack recorded: the walk goes on to its cut of 64 frames (100 calls to the main).
+  frames=$(awk '/^MAPPED_LIBRARIES:/{exit} NR>1 && $1+0>0 {for (i = 1; i <= NF; i++) if ($i == "@") n = NF - i; if (n > m) m = n} END{print m+0}' "$f")
+  [[ $frames -ge 60 && $frames -le 64 ]] && pass "the deepest leak stack has $frames frames (the walk's cut is 64)" ||
+    fail "the deepest leak stack has $frames frames, expected 60 to 64"
+  if [[ $have_pprof -eq 1 ]]; then
+    google-pprof --text "$DEEP" "$f" >"$QM_TMP/deep.txt" 2>/dev/null
+    # keep_deep's cumulative megabytes (MiB): the 16 MiB kept, within 15%; churn left nothing.
+    mb=$(awk '$NF ~ /(^|::)keep_deep$/ {print $4}' "$QM_TMP/deep.txt")  # "::keep_deep" in some runs (the anonymous namespace)
+    if [[ -n $mb ]] && awk -v m="$mb" 'BEGIN{exit !(m >= 16 * 0.85 && m <= 16 * 1.15)}'; then
+      pass "google-pprof: keep_deep holds $mb MiB of the leak (truth 16)"
+    else
+      fail "google-pprof: keep_deep holds '${mb}' MiB of the leak, truth 16"; head -8 "$QM_TMP/deep.txt" | sed 's/^/    | /'
+    fi
+    grep -q 'churn' "$QM_TMP/deep.txt" && fail "churn, all freed, is in the leak profile" || pass "churn, all freed, is not in the leak profile"
+  fi
+else
+  fail "prof_deep: status $st, output '$(cat "$QM_TMP/deep.out")', leak profile '$f'"; head -5 "$QM_TMP/deep.err" | sed 's/^/    | /'
+fi
+
 # ---- libgcc's unwinder is not loaded for sampling on x86-64 (src/prof_unwind.c) ----------------
 # cat, a C program, maps its own /proc/self/maps, sampling every allocation (the stacks above came
 # from C programs too): on x86-64 the cached walk finds the call-frame information itself, so
