@@ -71,9 +71,9 @@
  *   is unaffected. retain_max 64 MiB: not measured; it caps what waits meanwhile.
  * - release_large 32 MiB (glibc's largest dynamic mmap threshold).
  * - prof_sample 2M by default (TCMalloc's), on since the sampled blocks stopped costing a second
- *   page fault each (alloc_large, fe95089): side by side in mtbench's quick preset, 17 repetitions
- *   over three runs, sampling at 2M against 0 costs +0.6% over all points (95% interval
- *   0.985-1.029; docs/profiling.md), within this machine's noise; heap-leak's page faults +2%, the
+ *   page fault each (alloc_large, fe95089): side by side in mtbench's quick preset, 22 repetitions
+ *   over four runs, sampling at 2M against 0 costs +0.9% over all points (95% interval
+ *   0.992-1.027; docs/profiling.md), within this machine's noise; heap-leak's page faults +2%, the
  *   peak RSS of small benchmarks +3% to +7% (the profiler's tables, the sampled blocks' pages). A sample costs
  *   about 1,800 instructions (stacks are walked with cached per-return-address rules, prof_unwind.c),
  *   and prof_max_samples bounds how many a process takes. Accuracy goes the other way (a site's
