@@ -90,6 +90,14 @@ static void *prof_pool_take(size_t size) {
   return p;
 }
 
+/* The tables above are reached a page at a time as samples hash into them, and each access reads
+ * before it writes. A page's first access being a read maps the kernel's shared zero page, and the
+ * write that follows takes a second fault, which in a threaded process also flushes the other
+ * CPUs' TLBs by interrupt (as alloc_large's read did for every sampled block). A no-op atomic
+ * write first (lock or $0 on x86-64) makes it one fault: heap-leak's 3-thread point paid 6 faults
+ * in prof_record, read then write on three pages. Once a sample, under prof_lock. */
+static inline void prof_touch_for_write(void *slot) { __atomic_fetch_or((uintptr_t *)slot, 0, __ATOMIC_RELAXED); }
+
 static uint64_t prof_hash_frames(const uintptr_t *frames, unsigned depth) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned i = 0; i < depth; i++) h = (h ^ frames[i]) * 0x100000001b3ull;
@@ -99,6 +107,7 @@ static uint64_t prof_hash_frames(const uintptr_t *frames, unsigned depth) {
 static prof_stack_t *prof_stack_intern(const uintptr_t *frames, unsigned depth) {
   uint64_t h = prof_hash_frames(frames, depth);
   prof_stack_t **bucket = &prof_stack_buckets[h % PROF_STACK_BUCKETS];
+  prof_touch_for_write(bucket);
   for (prof_stack_t *s = *bucket; s != NULL; s = s->next_in_bucket)
     if (s->hash == h && s->depth == depth && memcmp(s->frames, frames, depth * sizeof frames[0]) == 0) return s;
   prof_stack_t *s = prof_pool_take(sizeof *s);
@@ -418,6 +427,7 @@ QM_NOINLINE void prof_record(void *ptr, size_t size) {
   uint64_t est = prof_estimate_bytes(size, mean);
   uint64_t now = os_now_ms();
   pthread_mutex_lock(&prof_lock);
+  prof_touch_for_write(&prof_stacks); /* the page of the profiler's own variables */
   prof_stack_t *stack = prof_stack_intern(frames, depth);
   prof_sample_t *s = prof_free_samples;
   if (s != NULL) prof_free_samples = s->next;
@@ -438,6 +448,7 @@ QM_NOINLINE void prof_record(void *ptr, size_t size) {
     s->time_ms = now;
     s->stack = stack;
     size_t b = prof_live_bucket(s->ptr);
+    prof_touch_for_write(&prof_live_buckets[b]);
     s->next = prof_live_buckets[b];
     prof_live_buckets[b] = s;
     prof_touch(stack);
@@ -493,6 +504,7 @@ void prof_resized(void *was, void *now, size_t size) {
     prof_note_peak(s->stack);
     s->ptr = (uintptr_t)now;
     size_t b = prof_live_bucket(s->ptr);
+    prof_touch_for_write(&prof_live_buckets[b]);
     s->next = prof_live_buckets[b];
     prof_live_buckets[b] = s;
   }
