@@ -248,10 +248,14 @@ static QM_NOINLINE void *malloc_slow(size_t size) {
   return alloc_large(size, PAGE_SIZE, NULL);
 }
 
-/* The class a sampled block's request would have had (0 above SMALL_MAX), kept in its large span's
- * sizeclass so that a sized free of it is checked as one of a block of that class would be
- * (block_named_by), not accepted for any size its whole pages hold. */
-static unsigned sampled_class(size_t size) { return size <= SMALL_MAX ? sizeclass_of(size) : 0; }
+/* Marks span as a sampled block of `size` bytes: flagged, so that its free tells the profiler, and
+ * with the class its request would have had (0 above SMALL_MAX) in its sizeclass, so that a sized
+ * free of it is checked as one of a block of that class would be (block_named_by), not accepted
+ * for any size its whole pages hold. */
+static void sampled_mark(span_t *span, size_t size) {
+  span->sampled = 1;
+  span->sizeclass = (uint8_t)(size <= SMALL_MAX ? sizeclass_of(size) : 0);
+}
 
 /* The countdown ran out: prof.c decides whether this allocation is sampled. A sampled block is
  * served as whole pages of its own (a large span, flagged), whatever its size, so that its free
@@ -265,9 +269,7 @@ static QM_NOINLINE void *malloc_sample_slow(size_t size) {
   span_t *kept = size <= PAGE_SIZE ? prof_pages_take() : NULL;
   void *p = kept != NULL ? (void *)kept->start : alloc_large(size ? size : 1, PAGE_SIZE, NULL);
   if (p != NULL) {
-    span_t *span = pagemap_span((uintptr_t)p);
-    span->sampled = 1;
-    span->sizeclass = (uint8_t)sampled_class(size);
+    sampled_mark(pagemap_span((uintptr_t)p), size);
     prof_record(p, size);
   }
   return p;
@@ -451,7 +453,7 @@ static void *realloc_impl(void *ptr, size_t size) {
     /* A sampled block (whole pages whatever its size) keeps its place down to half, as a block of
      * a class does, while the new size needs all its pages (so that a sized free of the new size
      * names it, block_named_by): whether a block was sampled should not change what realloc does. */
-    b.span->sizeclass = (uint8_t)sampled_class(size);
+    sampled_mark(b.span, size);
     prof_resized(ptr, ptr, size);
     return ptr;
   } else if (size > SMALL_MAX && size <= PTRDIFF_MAX) {
@@ -470,9 +472,7 @@ static void *realloc_impl(void *ptr, size_t size) {
     if (same != NULL) {
       if (b.span->sampled || (same != ptr && pagemap_span((uintptr_t)same)->sampled)) {
         /* A sampled block resized without a copy stays sampled, with its new size and place. */
-        span_t *span = pagemap_span((uintptr_t)same);
-        span->sampled = 1;
-        span->sizeclass = 0; /* size > SMALL_MAX */
+        sampled_mark(pagemap_span((uintptr_t)same), size);
         prof_resized(ptr, same, size);
       }
       return same;

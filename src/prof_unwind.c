@@ -434,13 +434,9 @@ static bool cfi_run(cfi_reader_t *r, cfi_state_t *s, const cfi_program_t *cie, u
   return !r->bad;
 }
 
-/* The rule of the frame whose return address is key + 1, or RULE_GENERAL. */
-static uint64_t prof_rule_read_from(uintptr_t key, bool libgcc_only);
-
-static uint64_t prof_rule_read(uintptr_t key) { return prof_rule_read_from(key, false); }
-
-/* libgcc_only: find the FDE with libgcc's _Unwind_Find_FDE alone (tests compare the two ways). */
-static uint64_t prof_rule_read_from(uintptr_t key, bool libgcc_only) {
+/* The rule of the frame whose return address is key + 1, or RULE_GENERAL. libgcc_only: the FDE
+ * found by libgcc's _Unwind_Find_FDE alone (tests compare the two ways). */
+static uint64_t prof_rule_read(uintptr_t key, bool libgcc_only) {
   fde_search_t found = {.pc = key};
   if (!libgcc_only) dl_iterate_phdr(fde_search_object, &found);
   if (!found.searched && prof_unwind_present()) { /* an object without a table: libgcc has other ways */
@@ -520,7 +516,7 @@ static uint64_t prof_rule_of(uintptr_t key) {
     if (k == 0) break;
   }
   if (QM_UNLIKELY(prof_test_unwind_hook != NULL)) prof_test_unwind_hook();
-  uint64_t rule = prof_rule_read(key);
+  uint64_t rule = prof_rule_read(key, false);
   if (__atomic_exchange_n(&prof_rules_writer, 1, __ATOMIC_ACQUIRE) == 0) {
     prof_rule_table_t *current = prof_rules;
     size_t slots = current == NULL ? PROF_RULE_FIRST_SLOTS : (current->mask + 1) * 4;
@@ -547,8 +543,8 @@ bool prof_unwind_rule_at(uintptr_t pc) {
 
 bool prof_unwind_rules_agree(uintptr_t pc, uint64_t *ours, uint64_t *libgcc) {
   if (!prof_unwind_present()) return false;
-  *ours = prof_rule_read_from(pc, false);
-  *libgcc = prof_rule_read_from(pc, true);
+  *ours = prof_rule_read(pc, false);
+  *libgcc = prof_rule_read(pc, true);
   return true;
 }
 

@@ -151,7 +151,7 @@ def cmd_compare(args):
         raise UsageError(str(e))
     try:
         print(compare.render(meta, runs, args.base, args.other))
-    except KeyError as e:
+    except compare.NoRuns as e:
         there = sorted({r["allocator"] for r in runs})
         raise UsageError(f"allocator '{e.args[0]}' has no runs in {args.dir} (there: {', '.join(there) or 'none'})")
     return 0

@@ -21,6 +21,10 @@ from . import analysis
 RESAMPLES = 2000
 
 
+class NoRuns(Exception):
+    """An allocator named for the comparison has no run in the directory (args[0]: its name)."""
+
+
 def _cost(base_median, other_median, better):
     """OTHER against BASE, above 1 when OTHER is worse; None where a ratio means nothing."""
     if base_median is None or other_median is None or base_median <= 0 or other_median <= 0:
@@ -67,12 +71,12 @@ class Comparison:
 
 def comparisons(meta, runs, base, other):
     """[Comparison] per benchmark and metric with ratios, then one over every benchmark's first
-    metric (its headline, as in the report's summary). Raises KeyError naming an allocator that
+    metric (its headline, as in the report's summary). Raises NoRuns naming an allocator that
     has no run in the directory."""
     present = {r["allocator"] for r in runs}
     for name in (base, other):
         if name not in present:
-            raise KeyError(name)
+            raise NoRuns(name)
     out, headline_pairs, headline_skipped = [], [], 0
     for name, data in analysis.group(meta, runs).items():
         for k, metric in enumerate(data.bench.metrics):

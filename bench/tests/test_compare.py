@@ -80,7 +80,7 @@ class CompareTest(unittest.TestCase):
 
     def test_an_allocator_without_runs_is_named(self):
         runs = runs_of("t-test1", "base", {"threads": 1}, "ops_per_s", [10.0])
-        with self.assertRaises(KeyError):
+        with self.assertRaises(compare.NoRuns):
             compare.comparisons(META, runs, "base", "other")
 
 
