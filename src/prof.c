@@ -331,11 +331,27 @@ static unsigned prof_budget_spend(void) {
 
 /* ---- the sampling decision ---------------------------------------------------------------- */
 
+/* Sets this thread's countdown to `bytes` before the next sample: at most SMALL_MAX of them in the
+ * part malloc's fast path subtracts from (types.h), the rest beyond it. */
+static void prof_countdown_set(tcache_t *tc, uint64_t bytes) {
+  uint64_t now = bytes < SMALL_MAX ? bytes : SMALL_MAX;
+  tc->prof_countdown = now;
+  tc->prof_beyond = bytes - now;
+}
+
 bool prof_should_sample(size_t size) {
   tcache_t *tc = &tcache_self;
+  /* The fast path subtracted size and borrowed: what the countdown held before it, and the bytes
+   * to the next sample then (saturated: UINT64_MAX beyond is sampling off). */
+  uint64_t held = tc->prof_countdown + size;
+  uint64_t left = held > UINT64_MAX - tc->prof_beyond ? UINT64_MAX : held + tc->prof_beyond;
+  if (size <= left) { /* a refill, or a request over SMALL_MAX: no sample is due yet */
+    prof_countdown_set(tc, left == UINT64_MAX ? UINT64_MAX : left - size);
+    return false;
+  }
   uint64_t rate = (uint64_t)option(OPTION_PROF_SAMPLE);
-  if (rate == 0) { /* off: park the countdown where no allocation reaches it */
-    tc->prof_countdown = INT64_MAX;
+  if (rate == 0) { /* off: park the countdown where no allocation reaches the next sample */
+    prof_countdown_set(tc, UINT64_MAX);
     return false;
   }
   prof_thread_t *self = &prof_self;
@@ -344,9 +360,11 @@ bool prof_should_sample(size_t size) {
     self->random = (uint64_t)(uintptr_t)self * 0x9E3779B97F4A7C15ull ^ os_now_ms() ^ ((uint64_t)getpid() << 32);
     if (self->random == 0) self->random = 1;
     self->mean = self->mean_base = rate;
-    int64_t left = (int64_t)prof_draw_interval(&self->random, rate) - (int64_t)(size < INT64_MAX ? size : INT64_MAX);
-    tc->prof_countdown = left;
-    if (left >= 0) return false;
+    uint64_t first = prof_draw_interval(&self->random, rate);
+    if (size <= first) {
+      prof_countdown_set(tc, first - size);
+      return false;
+    }
   }
   /* The countdown crossed zero inside this allocation; by memorylessness the next interval
    * starts afresh after it, at the mean the budget allows. */
@@ -355,7 +373,7 @@ bool prof_should_sample(size_t size) {
   self->mean = rate > (UINT64_MAX >> stretch) ? UINT64_MAX : rate << stretch;
   self->mean_base = rate;
   if (stretch > 0) __atomic_add_fetch(&prof_budget.stretched, 1, __ATOMIC_RELAXED);
-  tc->prof_countdown = (int64_t)prof_draw_interval(&self->random, self->mean);
+  prof_countdown_set(tc, prof_draw_interval(&self->random, self->mean));
   return !self->inside;
 }
 

@@ -89,10 +89,15 @@ typedef enum { TCACHE_UNINIT = 0, TCACHE_LIVE, TCACHE_DEAD } tcache_state_t;
 
 typedef struct tcache_s {
   tcache_list_t lists[SIZECLASS_COUNT];
-  /* Bytes this thread may still allocate before the heap profiler's next sample: malloc's fast
-   * path subtracts each request and leaves when it goes negative (prof.c refills it; parked at
-   * INT64_MAX with sampling off). 0 in a new thread, so its first malloc draws the interval. */
-  int64_t prof_countdown;
+  /* Bytes malloc's fast path may still hand out before its slow half must look: the bytes left
+   * before the heap profiler's next sample, but never more than SMALL_MAX (prof_beyond holds the
+   * rest). The fast path subtracts each request and leaves when that borrows (the request was
+   * larger), so the one subtract and branch also send every request over SMALL_MAX to the slow
+   * half: malloc has no size test of its own. prof.c refills it (prof_should_sample), once per
+   * SMALL_MAX bytes at most when no sample is due. 0 (and prof_beyond 0) in a new thread, so that
+   * its first malloc draws the interval. */
+  uint64_t prof_countdown;
+  uint64_t prof_beyond; /* bytes to the next sample beyond prof_countdown (UINT64_MAX: sampling off) */
   /* free's cache of the page map (api.c, pagemap_small_entry): the root index (address >> 30) of
    * the leaf it last used, and that leaf's small[] array minus the index's first page, so that the
    * entry of any page in that 1 GiB is leaf_base[address >> PAGE_SHIFT]. Starts at an index no

@@ -8,6 +8,8 @@
  * with live samples leaves them valid; a fork child starts with an empty profile and can free what
  * it inherited. */
 #include <dlfcn.h>
+#include <errno.h>
+#include <malloc.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -28,6 +30,7 @@
 static void set_rate(const char *rate) {
   CHECK(options_set("prof_sample", 11, rate, strlen(rate), "test"));
   tcache_self.prof_countdown = 0; /* the next malloc draws with the new rate */
+  tcache_self.prof_beyond = 0;
 }
 
 static prof_totals_t totals(void) {
@@ -62,6 +65,51 @@ static void test_interval_distribution(void) {
   CHECK(prof_draw_interval(&a, rate) != prof_draw_interval(&b, rate));
   a = 1;
   CHECK(prof_draw_interval(&a, rate) == prof_draw_interval(&a2, rate));
+}
+
+/* The countdown malloc's fast path subtracts from (src/types.h): never more than SMALL_MAX, so that
+ * its borrow is also malloc's size test; refilled from prof_beyond without losing a byte of the
+ * interval; a request over SMALL_MAX, or one that wraps it, leaves the fast path whatever it held. */
+static void test_countdown(void) {
+  const size_t sizes[] = {16, 4096, 40000, SMALL_MAX, SMALL_MAX + 1, 300000, 1 << 20, 24};
+  set_rate("64M"); /* few samples: most steps must account exactly */
+  void *first = malloc(16); /* draws the interval */
+  free(first);
+  int exact = 0;
+  for (int i = 0; i < 400; i++) {
+    size_t size = sizes[i % (sizeof sizes / sizeof sizes[0])];
+    uint64_t left = tcache_self.prof_countdown + tcache_self.prof_beyond, samples = totals().samples_taken;
+    void *p = malloc(size);
+    CHECK(p != NULL);
+    CHECK_MSG(malloc_usable_size(p) >= size, "malloc(%zu) has %zu usable bytes", size, malloc_usable_size(p));
+    CHECK_MSG(tcache_self.prof_countdown <= SMALL_MAX, "countdown %llu after malloc(%zu)",
+              (unsigned long long)tcache_self.prof_countdown, size);
+    if (totals().samples_taken == samples) { /* no sample: the bytes left went down by the request */
+      CHECK_MSG(tcache_self.prof_countdown + tcache_self.prof_beyond == left - size, "malloc(%zu): %llu left, was %llu",
+                size, (unsigned long long)(tcache_self.prof_countdown + tcache_self.prof_beyond), (unsigned long long)left);
+      exact++;
+    }
+    free(p);
+  }
+  CHECK_MSG(exact > 300, "only %d of 400 mallocs were not sampled at 64 MiB", exact);
+  /* Sampling off: the countdown still bounds the fast path. A full countdown and a request over
+   * SMALL_MAX, or one that would wrap it, still leave it: a large block, or ENOMEM. */
+  set_rate("0");
+  free(malloc(16));
+  for (size_t k = 0; k < 3; k++) {
+    tcache_self.prof_countdown = k == 0 ? SMALL_MAX : k == 1 ? SMALL_MAX - 1 : 0;
+    void *big = malloc(SMALL_MAX + 1);
+    CHECK(big != NULL && malloc_usable_size(big) >= SMALL_MAX + 1);
+    CHECK(pagemap_span((uintptr_t)big) != NULL && pagemap_span((uintptr_t)big)->state == SPAN_LARGE);
+    free(big);
+    volatile size_t huge = SIZE_MAX; /* volatile: GCC warns of a constant size over PTRDIFF_MAX */
+    errno = 0;
+    CHECK(malloc(huge) == NULL && errno == ENOMEM);
+    CHECK(malloc(huge - SMALL_MAX) == NULL);
+    CHECK(tcache_self.prof_countdown <= SMALL_MAX);
+  }
+  tcache_self.prof_countdown = 0;
+  tcache_self.prof_beyond = 0;
 }
 
 static void test_estimates(void) {
@@ -705,6 +753,7 @@ int main(void) {
   /* Every test but test_budget counts samples exactly, at rates that would exceed the budget. */
   CHECK(options_set("prof_max_samples", 16, "0", 1, "test"));
   test_interval_distribution();
+  test_countdown();
   test_estimates();
   test_stack_has_caller();
   test_stack_walk();
