@@ -18,7 +18,7 @@
 
 static void *malloc_slow(size_t size);
 static void *malloc_countdown_slow(size_t size);
-static void *malloc_sample_slow(size_t size);
+static void *malloc_sample_slow(size_t size, uint64_t held);
 static void free_slow(void *ptr, bool sized, size_t size);
 static void free_push_slow(void *ptr, tcache_fast_list_t *list);
 /* The hardened build's malloc and free (qm_hardened: their own thread-cache paths, harden.h). */
@@ -266,9 +266,9 @@ static void sampled_mark(span_t *span, size_t size) {
  * entry is 0 there) and nothing on the fast paths has to look for samples. One page per sample,
  * one sample per prof_sample bytes: 0.4% at 2 MiB. A sample of up to one page reuses a page this
  * thread kept from a sampled block it freed (prof_pages.c): no page-heap lock, no page-map write. */
-static QM_NOINLINE void *malloc_sample_slow(size_t size) {
+static QM_NOINLINE void *malloc_sample_slow(size_t size, uint64_t held) {
   if (QM_UNLIKELY(!init_done)) init_process();
-  if (!prof_should_sample(size)) return size <= SMALL_MAX ? malloc_cached(size, tcache_tls_offset()) : malloc_slow(size);
+  if (!prof_should_sample(size, held)) return size <= SMALL_MAX ? malloc_cached(size, tcache_tls_offset()) : malloc_slow(size);
   span_t *kept = size <= PAGE_SIZE ? prof_pages_take() : NULL;
   void *p = kept != NULL ? (void *)kept->start : alloc_large(size ? size : 1, PAGE_SIZE, NULL);
   if (p != NULL) {
@@ -286,14 +286,19 @@ static QM_NOINLINE void *malloc_sample_slow(size_t size) {
  * from malloc_sample_slow, so that it saves no registers. Anything else: malloc_sample_slow. */
 static QM_NOINLINE void *malloc_countdown_slow(size_t size) {
   tcache_t *tc = &tcache_self;
-  uint64_t beyond = tc->prof_beyond;
+  /* What the countdown held before this request's subtract (less than size). The borrow left it
+   * near UINT64_MAX, where a malloc would pass the fast path whatever its size: it is made sane
+   * (0) at once, before anything that may allocate (init_process, the profiler), and the
+   * refill's first store is the countdown's. */
+  uint64_t held = tc->prof_countdown + size, beyond = tc->prof_beyond;
   if (QM_LIKELY(size <= SMALL_MAX && beyond >= SMALL_MAX)) {
+    tc->prof_countdown = held + SMALL_MAX - size;
+    __asm__("" ::: "memory"); /* two scalar stores: GCC pairs them in a vector otherwise, 3 instructions more */
     tc->prof_beyond = beyond - SMALL_MAX;
-    __asm__("" ::: "memory"); /* two scalar adds: GCC pairs them in a vector otherwise, 3 instructions more */
-    tc->prof_countdown += SMALL_MAX;
     return malloc_cached(size, tcache_tls_offset());
   }
-  return malloc_sample_slow(size);
+  tc->prof_countdown = 0;
+  return malloc_sample_slow(size, held);
 }
 
 /* Frees a large block; a sampled one tells the profiler first (the flag is cleared before the span

@@ -339,11 +339,9 @@ static void prof_countdown_set(tcache_t *tc, uint64_t bytes) {
   tc->prof_beyond = bytes - now;
 }
 
-bool prof_should_sample(size_t size) {
+bool prof_should_sample(size_t size, uint64_t held) {
   tcache_t *tc = &tcache_self;
-  /* The fast path subtracted size and borrowed: what the countdown held before it, and the bytes
-   * to the next sample then (saturated: UINT64_MAX beyond is sampling off). */
-  uint64_t held = tc->prof_countdown + size;
+  /* The bytes to the next sample before this request (saturated: UINT64_MAX is sampling off). */
   uint64_t left = held > UINT64_MAX - tc->prof_beyond ? UINT64_MAX : held + tc->prof_beyond;
   if (size <= left) { /* a refill, or a request over SMALL_MAX: no sample is due yet */
     prof_countdown_set(tc, left == UINT64_MAX ? UINT64_MAX : left - size);

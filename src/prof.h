@@ -41,10 +41,12 @@ typedef enum { PROF_KIND_LIVE = 0, PROF_KIND_PEAK, PROF_KIND_ALLOCATED } prof_ki
  * few milliseconds): its worst site was 4.5%, 21% and 100% off in three runs, against 3.7-5.4%
  * without a budget; 2048 gave 4.9-8.3%. */
 #define PROF_BUDGET_BURST 2048
-/* Called by api.c's slow half of malloc once the countdown went negative. Draws the next
- * interval and says whether this allocation is sampled (never while the thread is inside the
- * profiler, never with sampling off, whose countdown is parked at its maximum). No lock. */
-bool prof_should_sample(size_t size);
+/* Called by api.c's slow half of malloc once the countdown borrowed (types.h), with `held`, what
+ * it held before the request (less than size; api.c has already set it to 0). Refills it, and says
+ * whether this allocation is sampled: when the request reaches the bytes left before the next
+ * sample, which then draws the next interval (never while the thread is inside the profiler, never
+ * with sampling off, whose next sample is parked at UINT64_MAX bytes). No lock. */
+bool prof_should_sample(size_t size, uint64_t held);
 /* Records a sampled block (the caller flagged its span): captures the stack with no qmalloc lock
  * held, then takes prof_lock. A nested malloc in the unwinder is served unsampled. */
 void prof_record(void *ptr, size_t size);
