@@ -89,7 +89,7 @@ QM_INLINE void *tcache_pop(tcache_fast_list_t *list) {
 #endif
   if (QM_LIKELY(list_begin_pop(list, &before))) {
     list->head = freelist_take(obj);
-    list_end_pop(list, (uint16_t)(before - 2)); /* one object fewer */
+    list_end_pop(list, before); /* one object fewer */
     return obj;
   }
   list_undo_pop(list);
