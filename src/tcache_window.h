@@ -2,8 +2,8 @@
  * no lock and no atomic instruction on the owner's fast paths, and no instruction added to them.
  *
  * What the owner already does serves as its marks:
- *   - a pop subtracts one from its list's count before it touches the list, and stores the new
- *     count after it (counts are in halves: odd = inside a pop). The subtract's sign is the test
+ *   - a pop subtracts one from its list's count before it touches the list, and one again after
+ *     it (counts are in halves: odd = inside a pop; aarch64 stores the new count instead). The subtract's sign is the test
  *     a pop needs anyway (an empty list, or one at its floor, has count 0), so the mark is free;
  *   - a push reads the count, compares it with max_count, links the object, and adds two to the
  *     count in memory as its last step. It makes no mark: a taker copes with one push in flight
@@ -126,7 +126,8 @@ QM_WINDOW_INLINE void list_store_head_release(tcache_fast_list_t *list, void *he
  * two: 2 instructions fewer on malloc and 5.8% more malloc+free pairs a second on mtbench's
  * malloc-test (quick preset, 5 repetitions side by side, 95% interval 1.2-8.1%). (An earlier
  * version with adds in memory at both ends of the push too, four a pair, measured 1.7 times
- * slower: docs/fastpath.md.) `before` is unused here: aarch64's end stores it. False when the list is empty, at its floor, or stopped. */
+ * slower: docs/fastpath.md.) `before` is unused here: aarch64's end stores it. False when the
+ * list is empty, at its floor, or stopped. */
 QM_WINDOW_INLINE bool list_begin_pop(tcache_fast_list_t *list, uint16_t *before) {
   (void)before;
   bool negative;
