@@ -18,7 +18,7 @@
 
 static void *malloc_slow(size_t size);
 static void *malloc_countdown_slow(size_t size);
-static void *malloc_sample_slow(size_t size, uint64_t held);
+static void *malloc_sample_slow(size_t size);
 static void free_slow(void *ptr, bool sized, size_t size);
 static void free_push_slow(void *ptr, tcache_fast_list_t *list);
 /* The hardened build's malloc and free (qm_hardened: their own thread-cache paths, harden.h). */
@@ -80,7 +80,7 @@ QM_INLINE bool prof_countdown_expired(size_t size, uintptr_t tls_offset) {
  * exiting, has empty lists.) The object handed out must carry its free tag, which is cleared
  * (freelist.h): a list whose link was overwritten stops the program here. */
 QM_INLINE void *tcache_pop(tcache_fast_list_t *list) {
-  uint16_t before;
+  uint16_t before = 0; /* the count before the pop, where list_begin_pop gives it (aarch64) */
   /* The head is read before the pop's mark: a pop that gives up does not use it, and the
    * head-to-next chain starts earlier (malloc-test 3% faster, measured). */
   void *obj = list->head;
@@ -259,16 +259,16 @@ static void sampled_mark(span_t *span, size_t size) {
   span->sizeclass = (uint8_t)(size <= SMALL_MAX ? sizeclass_of(size) : 0);
 }
 
-/* The countdown borrowed and no refill was due (malloc_countdown_slow): prof.c refills it and
+/* The request reached the next sample (malloc_countdown_slow): prof.c draws the next interval and
  * decides whether this allocation is sampled; if not, the request goes on as malloc_fast's would
  * have (over SMALL_MAX: the slow path). A sampled block is served as whole pages of its own (a
  * large span, flagged), whatever its size, so that its free reaches free_slow (the page map's small
  * entry is 0 there) and nothing on the fast paths has to look for samples. One page per sample,
  * one sample per prof_sample bytes: 0.4% at 2 MiB. A sample of up to one page reuses a page this
  * thread kept from a sampled block it freed (prof_pages.c): no page-heap lock, no page-map write. */
-static QM_NOINLINE void *malloc_sample_slow(size_t size, uint64_t held) {
+static QM_NOINLINE void *malloc_sample_slow(size_t size) {
   if (QM_UNLIKELY(!init_done)) init_process();
-  if (!prof_should_sample(size, held)) return size <= SMALL_MAX ? malloc_cached(size, tcache_tls_offset()) : malloc_slow(size);
+  if (!prof_should_sample(size)) return size <= SMALL_MAX ? malloc_cached(size, tcache_tls_offset()) : malloc_slow(size);
   span_t *kept = size <= PAGE_SIZE ? prof_pages_take() : NULL;
   void *p = kept != NULL ? (void *)kept->start : alloc_large(size ? size : 1, PAGE_SIZE, NULL);
   if (p != NULL) {
@@ -278,27 +278,24 @@ static QM_NOINLINE void *malloc_sample_slow(size_t size, uint64_t held) {
   return p;
 }
 
-/* The countdown borrowed (types.h). Most often a request up to SMALL_MAX took its last bytes and
- * at least SMALL_MAX more wait beyond it (always, with sampling off): they move into the countdown
- * here, which then holds between SMALL_MAX - size and SMALL_MAX (it had borrowed less than size).
- * That happens once per SMALL_MAX bytes allocated at most, so at every size up to 32 KiB the refill
+/* The countdown borrowed (types.h): the request is over SMALL_MAX, or took the countdown's last
+ * bytes. Unless it reaches the next sample (what the countdown held before the subtract and what
+ * waits beyond it: never more than UINT64_MAX, since prof_beyond stays SMALL_MAX under it), the
+ * countdown is refilled with up to SMALL_MAX of the bytes left and the request goes on, once per
+ * SMALL_MAX bytes allocated at most below SMALL_MAX, so that at every size up to 32 KiB the refill
  * costs no more than the size test it replaces (make fastpath, docs/fastpath.md). A function apart
- * from malloc_sample_slow, so that it saves no registers. Anything else: malloc_sample_slow. */
+ * from malloc_sample_slow, so that it saves no registers. The borrow left the countdown near
+ * UINT64_MAX, where a malloc would pass the fast path at any size: its first store makes it sane,
+ * before anything that may allocate (init_process, the profiler). */
 static QM_NOINLINE void *malloc_countdown_slow(size_t size) {
   tcache_t *tc = &tcache_self;
-  /* What the countdown held before this request's subtract (less than size). The borrow left it
-   * near UINT64_MAX, where a malloc would pass the fast path whatever its size: it is made sane
-   * (0) at once, before anything that may allocate (init_process, the profiler), and the
-   * refill's first store is the countdown's. */
-  uint64_t held = tc->prof_countdown + size, beyond = tc->prof_beyond;
-  if (QM_LIKELY(size <= SMALL_MAX && beyond >= SMALL_MAX)) {
-    tc->prof_countdown = held + SMALL_MAX - size;
-    __asm__("" ::: "memory"); /* two scalar stores: GCC pairs them in a vector otherwise, 3 instructions more */
-    tc->prof_beyond = beyond - SMALL_MAX;
-    return malloc_cached(size, tcache_tls_offset());
+  uint64_t left = tc->prof_countdown + size + tc->prof_beyond; /* bytes to the next sample before size */
+  if (QM_LIKELY(size <= left)) {
+    prof_countdown_set(tc, left - size);
+    return size <= SMALL_MAX ? malloc_cached(size, tcache_tls_offset()) : malloc_slow(size);
   }
   tc->prof_countdown = 0;
-  return malloc_sample_slow(size, held);
+  return malloc_sample_slow(size);
 }
 
 /* Frees a large block; a sampled one tells the profiler first (the flag is cleared before the span

@@ -331,22 +331,8 @@ static unsigned prof_budget_spend(void) {
 
 /* ---- the sampling decision ---------------------------------------------------------------- */
 
-/* Sets this thread's countdown to `bytes` before the next sample: at most SMALL_MAX of them in the
- * part malloc's fast path subtracts from (types.h), the rest beyond it. */
-static void prof_countdown_set(tcache_t *tc, uint64_t bytes) {
-  uint64_t now = bytes < SMALL_MAX ? bytes : SMALL_MAX;
-  tc->prof_countdown = now;
-  tc->prof_beyond = bytes - now;
-}
-
-bool prof_should_sample(size_t size, uint64_t held) {
+bool prof_should_sample(size_t size) {
   tcache_t *tc = &tcache_self;
-  /* The bytes to the next sample before this request (saturated: UINT64_MAX is sampling off). */
-  uint64_t left = held > UINT64_MAX - tc->prof_beyond ? UINT64_MAX : held + tc->prof_beyond;
-  if (size <= left) { /* a refill, or a request over SMALL_MAX: no sample is due yet */
-    prof_countdown_set(tc, left == UINT64_MAX ? UINT64_MAX : left - size);
-    return false;
-  }
   uint64_t rate = (uint64_t)option(OPTION_PROF_SAMPLE);
   if (rate == 0) { /* off: park the countdown where no allocation reaches the next sample */
     prof_countdown_set(tc, UINT64_MAX);

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "internal.h"
+
 #define PROF_MAX_FRAMES 64
 
 /* Counts of one stack: its samples and their requested bytes, and the unbiased estimates (each
@@ -41,12 +43,19 @@ typedef enum { PROF_KIND_LIVE = 0, PROF_KIND_PEAK, PROF_KIND_ALLOCATED } prof_ki
  * few milliseconds): its worst site was 4.5%, 21% and 100% off in three runs, against 3.7-5.4%
  * without a budget; 2048 gave 4.9-8.3%. */
 #define PROF_BUDGET_BURST 2048
-/* Called by api.c's slow half of malloc once the countdown borrowed (types.h), with `held`, what
- * it held before the request (less than size; api.c has already set it to 0). Refills it, and says
- * whether this allocation is sampled: when the request reaches the bytes left before the next
- * sample, which then draws the next interval (never while the thread is inside the profiler, never
- * with sampling off, whose next sample is parked at UINT64_MAX bytes). No lock. */
-bool prof_should_sample(size_t size, uint64_t held);
+/* Sets this thread's countdown (types.h) to `bytes` before the next sample: at most SMALL_MAX of
+ * them in the part malloc's fast path subtracts from, the rest beyond it. The one place both are
+ * written (api.c's refill, prof.c's draws). */
+QM_INLINE void prof_countdown_set(tcache_t *tc, uint64_t bytes) {
+  uint64_t now = bytes < SMALL_MAX ? bytes : SMALL_MAX;
+  tc->prof_countdown = now;
+  tc->prof_beyond = bytes - now;
+}
+/* Called by api.c's slow half of malloc when a request of `size` bytes reached the next sample
+ * (or the thread has drawn no interval yet). Draws the next interval, and says whether this
+ * allocation is sampled (never while the thread is inside the profiler, never with sampling off,
+ * whose next sample is parked UINT64_MAX bytes away). No lock. */
+bool prof_should_sample(size_t size);
 /* Records a sampled block (the caller flagged its span): captures the stack with no qmalloc lock
  * held, then takes prof_lock. A nested malloc in the unwinder is served unsampled. */
 void prof_record(void *ptr, size_t size);
