@@ -60,8 +60,7 @@ typedef struct prof_sample_s {
   uintptr_t ptr;
   size_t size;
   uint64_t mean; /* the mean interval it was drawn at (prof_budget_spend) */
-  uint64_t est_bytes, est_objects_x1024;
-  uint64_t equiv_x1024; /* how many samples at the base interval it stands for (prof_counts_t) */
+  uint64_t base; /* prof_sample when it was taken: what the profile files count samples at */
   uint64_t time_ms; /* when it was allocated (monotonic) */
   prof_stack_t *stack;
 } prof_sample_t;
@@ -126,20 +125,31 @@ static prof_stack_t *prof_stack_intern(const uintptr_t *frames, unsigned depth) 
 
 static size_t prof_live_bucket(uintptr_t ptr) { return (ptr >> PAGE_SHIFT) % PROF_LIVE_BUCKETS; }
 
-static uint64_t prof_equiv_bytes(const prof_sample_t *s) { return (s->size * s->equiv_x1024 + 512) / 1024; }
+/* What a sample stands for follows from its size and the intervals it was drawn at, computed
+ * where needed rather than kept beside them (a resized block's copies went stale). */
+static uint64_t prof_sample_est_bytes(const prof_sample_t *s) { return prof_estimate_bytes(s->size, s->mean); }
 
-static void prof_counts_add(prof_counts_t *c, const prof_sample_t *s) {
-  c->equiv_x1024 += s->equiv_x1024;
-  c->equiv_bytes += prof_equiv_bytes(s);
-  c->est_bytes += s->est_bytes;
-  c->est_objects_x1024 += s->est_objects_x1024;
+/* Adds (sign 1) or takes away (sign -1, unsigned arithmetic) sample s in counts c. */
+static void prof_counts_apply(prof_counts_t *c, const prof_sample_t *s, uint64_t sign) {
+  uint64_t equiv_x1024 = prof_equiv_x1024(s->size, s->mean, s->base);
+  c->equiv_x1024 += sign * equiv_x1024;
+  c->equiv_bytes += sign * ((s->size * equiv_x1024 + 512) / 1024);
 }
 
-static void prof_counts_sub(prof_counts_t *c, const prof_sample_t *s) {
-  c->equiv_x1024 -= s->equiv_x1024;
-  c->equiv_bytes -= prof_equiv_bytes(s);
-  c->est_bytes -= s->est_bytes;
-  c->est_objects_x1024 -= s->est_objects_x1024;
+/* Puts s in its live bucket; takes the sample of ptr out of its bucket (NULL if none). */
+static void prof_live_put(prof_sample_t *s) {
+  size_t b = prof_live_bucket(s->ptr);
+  prof_touch_for_write(&prof_live_buckets[b]);
+  s->next = prof_live_buckets[b];
+  prof_live_buckets[b] = s;
+}
+
+static prof_sample_t *prof_live_take(uintptr_t ptr) {
+  prof_sample_t **at = &prof_live_buckets[prof_live_bucket(ptr)];
+  while (*at != NULL && (*at)->ptr != ptr) at = &(*at)->next;
+  prof_sample_t *s = *at;
+  if (s != NULL) *at = s->next;
+  return s;
 }
 
 /* The peak is kept as it passes, at no more than a stack's own update per sample: each time the
@@ -427,7 +437,7 @@ QM_NOINLINE void prof_record(void *ptr, size_t size) {
   unsigned depth = prof_capture(frames);
   uint64_t rate = (uint64_t)option(OPTION_PROF_SAMPLE);
   uint64_t mean = self->sampled_mean; /* set by prof_should_sample, which decided this sample */
-  uint64_t est = prof_estimate_bytes(size, mean);
+  uint64_t est = prof_estimate_bytes(size, mean); /* prof_sample_est_bytes, outside the lock */
   uint64_t now = os_now_ms();
   pthread_mutex_lock(&prof_lock);
   prof_touch_for_write(&prof_stacks); /* the page of the profiler's own variables */
@@ -445,18 +455,13 @@ QM_NOINLINE void prof_record(void *ptr, size_t size) {
     s->ptr = (uintptr_t)ptr;
     s->size = size;
     s->mean = mean;
-    s->est_bytes = est;
-    s->est_objects_x1024 = size ? est * 1024 / size : 1024;
-    s->equiv_x1024 = prof_equiv_x1024(size, mean, rate);
+    s->base = rate;
     s->time_ms = now;
     s->stack = stack;
-    size_t b = prof_live_bucket(s->ptr);
-    prof_touch_for_write(&prof_live_buckets[b]);
-    s->next = prof_live_buckets[b];
-    prof_live_buckets[b] = s;
+    prof_live_put(s);
     prof_touch(stack);
-    prof_counts_add(&stack->live, s);
-    prof_counts_add(&stack->allocated, s);
+    prof_counts_apply(&stack->live, s, 1);
+    prof_counts_apply(&stack->allocated, s, 1);
     prof_total.samples_taken++;
     prof_total.live_samples++;
     prof_total.live_est_bytes += est;
@@ -471,15 +476,12 @@ void prof_forget(void *ptr) {
   bool was_inside = self->inside;
   self->inside = true;
   pthread_mutex_lock(&prof_lock);
-  prof_sample_t **at = &prof_live_buckets[prof_live_bucket((uintptr_t)ptr)];
-  while (*at != NULL && (*at)->ptr != (uintptr_t)ptr) at = &(*at)->next;
-  prof_sample_t *s = *at;
+  prof_sample_t *s = prof_live_take((uintptr_t)ptr);
   if (s != NULL) {
-    *at = s->next;
     prof_touch(s->stack);
-    prof_counts_sub(&s->stack->live, s);
+    prof_counts_apply(&s->stack->live, s, (uint64_t)-1);
     prof_total.live_samples--;
-    prof_total.live_est_bytes -= s->est_bytes;
+    prof_total.live_est_bytes -= prof_sample_est_bytes(s);
     s->next = prof_free_samples;
     prof_free_samples = s;
   }
@@ -492,24 +494,18 @@ void prof_resized(void *was, void *now, size_t size) {
   bool was_inside = self->inside;
   self->inside = true;
   pthread_mutex_lock(&prof_lock);
-  prof_sample_t **at = &prof_live_buckets[prof_live_bucket((uintptr_t)was)];
-  while (*at != NULL && (*at)->ptr != (uintptr_t)was) at = &(*at)->next;
-  prof_sample_t *s = *at;
+  prof_sample_t *s = prof_live_take((uintptr_t)was);
   if (s != NULL) {
-    *at = s->next;
-    uint64_t est = prof_estimate_bytes(size, s->mean);
+    /* The same object, with its new bytes: out of the counts at its old size, in at its new. */
     prof_touch(s->stack);
-    prof_counts_sub(&s->stack->live, s);
-    prof_total.live_est_bytes += est - s->est_bytes; /* unsigned: a shrink wraps around and back */
+    prof_counts_apply(&s->stack->live, s, (uint64_t)-1);
+    prof_total.live_est_bytes -= prof_sample_est_bytes(s);
     s->size = size;
-    s->est_bytes = est;
-    prof_counts_add(&s->stack->live, s); /* the same object, with its new bytes */
-    prof_note_peak(s->stack);
     s->ptr = (uintptr_t)now;
-    size_t b = prof_live_bucket(s->ptr);
-    prof_touch_for_write(&prof_live_buckets[b]);
-    s->next = prof_live_buckets[b];
-    prof_live_buckets[b] = s;
+    prof_counts_apply(&s->stack->live, s, 1);
+    prof_total.live_est_bytes += prof_sample_est_bytes(s);
+    prof_note_peak(s->stack);
+    prof_live_put(s);
   }
   self->inside = was_inside;
   prof_unlock();

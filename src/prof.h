@@ -14,15 +14,14 @@
 
 #define PROF_MAX_FRAMES 64
 
-/* Counts of one stack: its samples and their requested bytes, and the unbiased estimates (each
- * sample of s bytes stands for s / (1 - exp(-s / interval)) bytes, the interval being the mean it
- * was drawn at, since that is the chance a block of s bytes was sampled). */
+/* Counts of one stack: its samples and their requested bytes as samples at the base interval
+ * (prof_sample) would count them, for the profile files, whose readers scale each line by
+ * 1 / (1 - exp(-average size / interval)): a sample drawn at an interval the budget stretched
+ * (prof.c) stands for more than one; any other for exactly 1024. (The estimated bytes and objects
+ * kept here before were never read: the files are scaled by their readers, and the totals'
+ * estimate is prof.c's live_est_bytes.) */
 typedef struct prof_counts_s {
-  /* The samples and their requested bytes as samples at the base interval (prof_sample) would
-   * count them, for the profile files, whose readers scale by that interval: a sample drawn at an
-   * interval the budget stretched (prof.c) stands for more than one; any other for exactly 1024. */
   uint64_t equiv_x1024, equiv_bytes;
-  uint64_t est_objects_x1024, est_bytes; /* objects in 1/1024ths, so small blocks do not round to 0 */
 } prof_counts_t;
 
 /* One distinct allocation stack (innermost first). Never freed: a fork child zeroes the counts. */

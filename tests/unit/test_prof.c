@@ -186,6 +186,18 @@ static int live_lines(const char *text, uintptr_t lo, uintptr_t hi, int *with_fr
   return stack_lines(text, lo, hi, with_frame, NULL);
 }
 
+/* The in-use bytes (a line's second figure) of the lines of a dump with a frame in [lo, hi). */
+static unsigned long long live_bytes_through(const char *text, uintptr_t lo, uintptr_t hi) {
+  unsigned long long bytes = 0;
+  for (const char *line = strchr(text, '\n'); line != NULL && line[1] != '\0'; line = strchr(line + 1, '\n')) {
+    const char *end = strchr(line + 1, '\n');
+    if (end == NULL) end = line + strlen(line);
+    unsigned long long n, b;
+    if (sscanf(line + 1, "%llu: %llu [", &n, &b) == 2 && line_has_frame(line + 1, end, lo, hi)) bytes += b;
+  }
+  return bytes;
+}
+
 /* Small and noinline: the return address of its malloc call is within its first 64 bytes. */
 __attribute__((noinline)) void *prof_test_site(size_t n) {
   void *p = malloc(n);
@@ -450,9 +462,15 @@ static void test_sampled_block_api(void) {
   set_rate("0");
   prof_totals_t one = totals();
   CHECK_EQ(one.live_samples, before.live_samples + 1);
+  dump(QM_PROF_LIVE, dump_buf, sizeof dump_buf);
+  unsigned long long site_bytes = live_bytes_through(dump_buf, (uintptr_t)prof_test_site, (uintptr_t)prof_test_site + 64);
   big[0] = 'b';
   big = realloc(big, 64 << 20); /* grown by mremap, not copied */
   CHECK(big != NULL && big[0] == 'b' && pagemap_span((uintptr_t)big)->sampled == 1);
+  /* The site's line in the live profile follows: its bytes grew by the 24 MiB. */
+  dump(QM_PROF_LIVE, dump_buf, sizeof dump_buf);
+  unsigned long long site_grown = live_bytes_through(dump_buf, (uintptr_t)prof_test_site, (uintptr_t)prof_test_site + 64);
+  CHECK_MSG(site_grown - site_bytes == (24ull << 20), "the site's live bytes went from %llu to %llu", site_bytes, site_grown);
   prof_totals_t grown = totals();
   CHECK_EQ(grown.live_samples, one.live_samples);
   CHECK_MSG(grown.live_est_bytes >= (64u << 20), "after the grow %llu bytes estimated", (unsigned long long)grown.live_est_bytes);
