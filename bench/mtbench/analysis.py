@@ -32,6 +32,11 @@ class Cell:
         return max(self.values) if self.values else None
 
 
+def gmean(xs):
+    """Geometric mean of positive numbers (the report's scores, mtbench compare's costs)."""
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
 def freeze(params):
     return tuple(sorted(params.items()))
 
@@ -104,7 +109,7 @@ class BenchData:
         ratios = [r for r in ratios if r is not None and math.isfinite(r) and r > 0]
         if not ratios:
             return None
-        return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        return gmean(ratios)
 
     def skipped(self, params, alloc):
         """The reason a program gave for skipping this point (the real family's missing tools), or None."""

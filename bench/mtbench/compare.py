@@ -12,7 +12,6 @@ allocator resampled with replacement, the medians and the mean recomputed, 2,000
 so the figures repeat). Points where either allocator has no successful run are left out and
 counted. Pure functions of the stored data, plus the text table."""
 
-import math
 import random
 import statistics
 
@@ -32,10 +31,6 @@ def _cost(base_median, other_median, better):
     return base_median / other_median if better == "higher" else other_median / base_median
 
 
-def _gmean(xs):
-    return math.exp(sum(math.log(x) for x in xs) / len(xs))
-
-
 class Comparison:
     """One metric of one benchmark (or all benchmarks' first metrics): the per-point costs and the
     samples the interval is drawn from."""
@@ -50,7 +45,7 @@ class Comparison:
 
     def mean(self):
         costs = [c for c in self.costs() if c is not None]
-        return _gmean(costs) if costs else None
+        return analysis.gmean(costs) if costs else None
 
     def interval(self, rng, resamples=RESAMPLES):
         """(low, high) of the 95% bootstrap interval of the geometric mean, or None."""
@@ -62,7 +57,7 @@ class Comparison:
                 if c is not None:
                     costs.append(c)
             if costs:
-                means.append(_gmean(costs))
+                means.append(analysis.gmean(costs))
         if not means:
             return None
         means.sort()
