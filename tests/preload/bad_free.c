@@ -132,6 +132,14 @@ int main(int argc, char **argv) {
     if (m == MAP_FAILED) return 3;
     announce(m);
     free(m);
+  } else if (!strcmp(mode, "noncanonical") || !strcmp(mode, "low_address")) {
+    /* In a new thread, whose free has no page-map leaf cached yet (api.c, pagemap_small_entry):
+     * a non-canonical address just past 2^63, where that cache starts, and one in the first GiB. */
+    void *p = launder((void *)(!strcmp(mode, "low_address") ? (uintptr_t)0x10000 : ((uintptr_t)1 << 63) + 64));
+    announce(p);
+    pthread_t t;
+    if (pthread_create(&t, NULL, free_in_thread, p) != 0) return 3;
+    pthread_join(t, NULL);
   } else if (!strcmp(mode, "interior")) {
     char *p = malloc(100);
     void *bad = launder(p + 16);

@@ -82,6 +82,8 @@ expect_invalid() {
 expect_invalid stack free
 expect_invalid static free
 expect_invalid mmap free
+expect_invalid noncanonical free
+expect_invalid low_address free
 expect_invalid interior free
 expect_invalid interior_large free
 expect_invalid realloc_stack realloc
