@@ -60,7 +60,6 @@ static const int qm_debug = 0;
 #define PAGEMAP_LEAF_BITS 17
 #define PAGEMAP_LEAF_LEN ((size_t)1 << PAGEMAP_LEAF_BITS)
 #define PAGEMAP_LEAF_SHIFT (PAGE_SHIFT + PAGEMAP_LEAF_BITS)
-#define PAGEMAP_LEAF_SPAN ((uintptr_t)1 << PAGEMAP_LEAF_SHIFT) /* bytes of address one leaf covers */
 #define PAGEMAP_ROOT_LEN ((size_t)1 << (ADDRESS_BITS - PAGEMAP_LEAF_SHIFT))
 
 /* The page heap takes address space from the OS in chunks of at least this size: one mmap per

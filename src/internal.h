@@ -56,9 +56,6 @@ bool sizeclass_check(void);
 
 /* ---- pagemap.c: reads lock-free; writes require the page heap lock ---- */
 extern pagemap_leaf_t *pagemap_root[PAGEMAP_ROOT_LEN];
-/* A leaf's worth of small entries, all 0: what free's page-map cache (tcache_t.leaf_small) points
- * at before a thread's first free. Never written, so never resident beyond the zero page. */
-extern uintptr_t pagemap_no_leaf[PAGEMAP_LEAF_LEN];
 /* The leaf covering addr, or NULL (nothing of ours is there, or addr is beyond 48 bits). */
 QM_INLINE pagemap_leaf_t *pagemap_leaf_of(uintptr_t addr) {
   uintptr_t i = addr >> PAGEMAP_LEAF_SHIFT;

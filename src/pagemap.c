@@ -8,7 +8,6 @@
 #include "os.h"
 
 pagemap_leaf_t *pagemap_root[PAGEMAP_ROOT_LEN];
-uintptr_t pagemap_no_leaf[PAGEMAP_LEAF_LEN]; /* not const: in .bss, not 1 MiB of zeros in the file */
 
 bool pagemap_ensure(uintptr_t start, size_t npages) {
   uintptr_t first = start >> PAGEMAP_LEAF_SHIFT;

@@ -17,8 +17,7 @@
 #include "prof.h"
 #include "tcache_window.h"
 
-__thread tcache_t tcache_self __attribute__((tls_model("initial-exec"))) = {
-    .leaf_start = (uintptr_t)1 << 63, .leaf_small = pagemap_no_leaf};
+__thread tcache_t tcache_self __attribute__((tls_model("initial-exec"))) = {.leaf_key = UINTPTR_MAX};
 
 /* The least budget a thread keeps; stealing stops there. */
 #define TCACHE_MIN_SIZE TCACHE_STEAL_STEP

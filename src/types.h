@@ -98,14 +98,12 @@ typedef struct tcache_s {
    * its first malloc draws the interval. */
   uint64_t prof_countdown;
   uint64_t prof_beyond; /* bytes to the next sample beyond prof_countdown (UINT64_MAX: sampling off) */
-  /* free's cache of the page map (api.c, pagemap_small_entry): the first address of the 1 GiB
-   * its last free fell in, and that leaf's small[] array, so that an address less than 1 GiB past
-   * leaf_start has its page's entry at leaf_small[(address - leaf_start) >> PAGE_SHIFT]. Starts at
-   * 2^63 with the all-zero pagemap_no_leaf (tcache.c's initializer): only a non-canonical address
-   * is under 1 GiB past it, and its entry reads 0 (the slow path). Leaves are never freed: a
-   * cached one stays valid. */
-  uintptr_t leaf_start;
-  const uintptr_t *leaf_small;
+  /* free's cache of the page map (api.c, pagemap_small_entry): the root index (address >> 30) of
+   * the leaf it last used, and that leaf's small[] array minus the index's first page, so that the
+   * entry of any page in that 1 GiB is leaf_base[address >> PAGE_SHIFT]. Starts at an index no
+   * address has (tcache.c's initializer). Leaves are never freed: a cached one stays valid. */
+  uintptr_t leaf_key;
+  uintptr_t leaf_base;
   /* sizeclass_magic, copied at the thread's init (0 before: every free takes the slow path, as the
    * lists' maxima of 0 make it anyway). free's divisibility test reads it through %fs with the
    * cache's TLS offset it already holds, where the shared table needs its address formed first:
