@@ -134,8 +134,8 @@ int main(int argc, char **argv) {
     free(m);
   } else if (!strcmp(mode, "noncanonical") || !strcmp(mode, "low_address")) {
     /* In a new thread, whose free has no page-map leaf cached yet (api.c, pagemap_small_entry):
-     * a non-canonical address, and one in the first GiB, where no leaf is. (A version of that cache
-     * that started at 2^63 faulted on the first until it was given a leaf of zeroes.) */
+     * a non-canonical address, and one in the first GiB, where no leaf is: neither may pass for
+     * ours through whatever that cache starts with. */
     void *p = launder((void *)(!strcmp(mode, "low_address") ? (uintptr_t)0x10000 : ((uintptr_t)1 << 63) + 64));
     announce(p);
     pthread_t t;
