@@ -107,6 +107,11 @@ uint64_t prof_unwind_rules_read(void);
 /* Tests: the rule at code address pc looked up as a walk does (read and cached if new); false on
  * architectures without the rule cache. */
 bool prof_unwind_rule_at(uintptr_t pc);
+/* Tests: whether the rule at pc is in the cache (looked up, never read); false without the cache. */
+bool prof_unwind_rule_cached(uintptr_t pc);
+/* Tests: the first slot of pc's probe window in the cache's table, and the table's slots in
+ * *slots (0 without a table or without the cache). */
+size_t prof_unwind_rule_home(uintptr_t pc, size_t *slots);
 /* Tests: the rule at pc read with the FDE found through .eh_frame_hdr (*ours) and through
  * libgcc's _Unwind_Find_FDE (*libgcc); false without libgcc or the rule cache. */
 bool prof_unwind_rules_agree(uintptr_t pc, uint64_t *ours, uint64_t *libgcc);

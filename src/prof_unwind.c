@@ -141,8 +141,8 @@ enum { DW_RBP = 6, DW_RSP = 7, DW_RA = 16 };
 /* The cache: open addressing, a slot's key goes from 0 to a return address once and never
  * changes, its rule is written before the key is published (release), so readers take no lock.
  * Writers take a try-lock and skip caching when another holds it (a fork child resets it).
- * The table starts at 256 slots (4 KiB) at the first rule and grows by 4 when half full, up to
- * 64K slots: a new table is filled with the old one's rules, then published (release); a reader
+ * The table starts at 256 slots (4 KiB) at the first rule and grows by 4 when half full, or when
+ * a new rule's window of PROF_RULE_PROBES slots is full, up to 64K slots: a new table is filled with the old one's rules, then published (release); a reader
  * still on the old one finds the rules it had, or reads one again. Old tables are never
  * unmapped (1.3 MiB in all once the largest is reached). A table of 4096 slots from the start
  * took 6 of its 16 pages in a small program, each a read and a write fault on the zero page: 12
@@ -163,7 +163,28 @@ static prof_rule_table_t *prof_rules; /* NULL until the first rule */
 static int prof_rules_writer;
 static uint64_t prof_rules_filled; /* rules read from DWARF (tests, statistics) */
 
-static size_t prof_rule_home(uintptr_t key) { return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 32); }
+/* Where key's probe window starts (masked by the table): the address mixed through every bit
+ * (splitmix64's finalizer), as tables of every size index it by their low bits. Fibonacci hashing
+ * alone (the product's high half) gave addresses a few bytes apart that shared a window in one
+ * table the same window after a growth too (unit-prof's test_rule_cache_full_window). */
+static size_t prof_rule_home(uintptr_t key) {
+  uint64_t h = (uint64_t)key;
+  h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+  h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+  return (size_t)(h ^ (h >> 31));
+}
+
+/* key's slot in t, or NULL (readers, lock-free). */
+static const prof_rule_slot_t *prof_rule_find(const prof_rule_table_t *t, uintptr_t key) {
+  size_t home = prof_rule_home(key);
+  for (unsigned i = 0; t != NULL && i < PROF_RULE_PROBES; i++) {
+    const prof_rule_slot_t *slot = &t->slots[(home + i) & t->mask];
+    uintptr_t k = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
+    if (k == key) return slot;
+    if (k == 0) break;
+  }
+  return NULL;
+}
 
 /* A free slot in key's probe window of t, or NULL (full, or key is there). The writer's. */
 static prof_rule_slot_t *prof_rule_free_slot(prof_rule_table_t *t, uintptr_t key) {
@@ -507,14 +528,8 @@ static uint64_t prof_rule_read(uintptr_t key, bool libgcc_only) {
 }
 
 static uint64_t prof_rule_of(uintptr_t key) {
-  const prof_rule_table_t *t = __atomic_load_n(&prof_rules, __ATOMIC_ACQUIRE);
-  size_t home = prof_rule_home(key);
-  for (unsigned i = 0; t != NULL && i < PROF_RULE_PROBES; i++) {
-    const prof_rule_slot_t *slot = &t->slots[(home + i) & t->mask];
-    uintptr_t k = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
-    if (k == key) return slot->rule;
-    if (k == 0) break;
-  }
+  const prof_rule_slot_t *found = prof_rule_find(__atomic_load_n(&prof_rules, __ATOMIC_ACQUIRE), key);
+  if (found != NULL) return found->rule;
   if (QM_UNLIKELY(prof_test_unwind_hook != NULL)) prof_test_unwind_hook();
   uint64_t rule = prof_rule_read(key, false);
   if (__atomic_exchange_n(&prof_rules_writer, 1, __ATOMIC_ACQUIRE) == 0) {
@@ -523,6 +538,15 @@ static uint64_t prof_rule_of(uintptr_t key) {
     if ((current == NULL || current->count + 1 > (current->mask + 1) / 2) && slots <= PROF_RULE_MAX_SLOTS)
       prof_rules_grow(slots);
     prof_rule_slot_t *slot = prof_rules != NULL ? prof_rule_free_slot(prof_rules, key) : NULL;
+    /* A full window grows the table too: at up to half full, a run of 8 taken slots is rare but
+     * not negligible (in unit-prof, 2,000 addresses of libc's text left one rule uncached in a
+     * few runs in a hundred, by where ASLR put libc), and an uncached rule is read from the DWARF
+     * every time a walk meets it. */
+    if (slot == NULL && prof_rules != NULL && prof_rule_find(prof_rules, key) == NULL &&
+        (prof_rules->mask + 1) * 4 <= PROF_RULE_MAX_SLOTS) {
+      prof_rules_grow((prof_rules->mask + 1) * 4);
+      slot = prof_rule_free_slot(prof_rules, key);
+    }
     if (slot != NULL) {
       slot->rule = rule;
       __atomic_store_n(&slot->key, key, __ATOMIC_RELEASE);
@@ -539,6 +563,14 @@ uint64_t prof_unwind_rules_read(void) { return __atomic_load_n(&prof_rules_fille
 bool prof_unwind_rule_at(uintptr_t pc) {
   prof_rule_of(pc);
   return true;
+}
+
+bool prof_unwind_rule_cached(uintptr_t pc) { return prof_rule_find(__atomic_load_n(&prof_rules, __ATOMIC_ACQUIRE), pc) != NULL; }
+
+size_t prof_unwind_rule_home(uintptr_t pc, size_t *slots) {
+  const prof_rule_table_t *t = __atomic_load_n(&prof_rules, __ATOMIC_ACQUIRE);
+  *slots = t != NULL ? t->mask + 1 : 0;
+  return t != NULL ? prof_rule_home(pc) & t->mask : 0;
 }
 
 bool prof_unwind_rules_agree(uintptr_t pc, uint64_t *ours, uint64_t *libgcc) {
@@ -606,6 +638,11 @@ void prof_unwind_start(void) {} /* the rules need no libgcc */
 
 uint64_t prof_unwind_rules_read(void) { return 0; }
 bool prof_unwind_rule_at(uintptr_t pc) { return false; }
+bool prof_unwind_rule_cached(uintptr_t pc) { return false; }
+size_t prof_unwind_rule_home(uintptr_t pc, size_t *slots) {
+  *slots = 0;
+  return 0;
+}
 bool prof_unwind_rules_agree(uintptr_t pc, uint64_t *ours, uint64_t *libgcc) { return false; }
 static void prof_rules_fork_child(void) {}
 

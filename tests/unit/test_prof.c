@@ -321,6 +321,39 @@ static void test_rule_cache_grows(void) {
 #endif
 }
 
+/* A rule whose probe window (8 slots) is full grows the table, so it is cached like any other:
+ * 9 addresses in 256 KiB of libc's text from printf on (even offsets: test_rule_cache_grows takes
+ * odd ones) that share one window, none cached yet, are each read once and then all found in the
+ * cache. (Before, the ninth was read again at every
+ * walk that met it; unit-prof's 2,000 addresses above met such a window in a few runs in a
+ * hundred, depending on where ASLR put libc.) */
+static void test_rule_cache_full_window(void) {
+#if defined(__x86_64__)
+  uintptr_t base = (uintptr_t)dlsym(RTLD_DEFAULT, "printf");
+  CHECK(base != 0);
+  prof_unwind_rule_at(base); /* a table, whatever came before */
+  size_t slots = 0, want = 0;
+  uintptr_t crowd[9];
+  unsigned n = 0;
+  for (uintptr_t pc = base + 2; n < 9 && pc < base + (256 << 10); pc += 2) { /* not test_rule_cache_grows' */
+    size_t home = prof_unwind_rule_home(pc, &slots);
+    if (n == 0 && !prof_unwind_rule_cached(pc)) want = home, crowd[n++] = pc;
+    else if (n > 0 && home == want && !prof_unwind_rule_cached(pc)) crowd[n++] = pc;
+  }
+  CHECK_MSG(n == 9 && slots > 0 && slots <= 16384, "%u addresses share a window of a table of %zu slots", n, slots);
+  uint64_t before = prof_unwind_rules_read();
+  for (unsigned i = 0; i < n; i++) prof_unwind_rule_at(crowd[i]);
+  size_t grown = 0;
+  prof_unwind_rule_home(base, &grown);
+  CHECK_MSG(prof_unwind_rules_read() - before == n, "%llu rules read for %u addresses (the table went from %zu to %zu slots)",
+            (unsigned long long)(prof_unwind_rules_read() - before), n, slots, grown);
+  CHECK(grown > slots);
+  for (unsigned i = 0; i < n; i++) CHECK_MSG(prof_unwind_rule_cached(crowd[i]), "address %u of 9 sharing a window not cached", i);
+  for (unsigned i = 0; i < n; i++) prof_unwind_rule_at(crowd[i]);
+  CHECK_EQ(prof_unwind_rules_read() - before, n);
+#endif
+}
+
 /* The FDE found through the object's .eh_frame_hdr table gives the rule libgcc's _Unwind_Find_FDE
  * gives, at every 4th byte of 16 KiB of libc's text from printf on, of this program's text from
  * main on, and of libqmalloc's (or the program's, when linked in) from malloc on: inside
@@ -774,6 +807,7 @@ int main(void) {
   test_estimates();
   test_stack_has_caller();
   test_stack_walk();
+  test_rule_cache_full_window(); /* while the table is small: many addresses share a window */
   test_rule_cache_grows();
   test_fde_lookup_matches_libgcc();
   test_unwinder_allocates();
