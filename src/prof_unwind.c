@@ -142,11 +142,12 @@ enum { DW_RBP = 6, DW_RSP = 7, DW_RA = 16 };
  * changes, its rule is written before the key is published (release), so readers take no lock.
  * Writers take a try-lock and skip caching when another holds it (a fork child resets it).
  * The table starts at 256 slots (4 KiB) at the first rule and grows by 4 when half full, or when
- * a new rule's window of PROF_RULE_PROBES slots is full, up to 64K slots: a new table is filled with the old one's rules, then published (release); a reader
- * still on the old one finds the rules it had, or reads one again. Old tables are never
- * unmapped (1.3 MiB in all once the largest is reached). A table of 4096 slots from the start
- * took 6 of its 16 pages in a small program, each a read and a write fault on the zero page: 12
- * of the 24 page faults sampling added to heap-leak (perf record -e page-faults). */
+ * a new rule's window of PROF_RULE_PROBES slots is full, up to 64K slots: a new table is filled
+ * with the old one's rules, then published (release); a reader still on the old one finds the
+ * rules it had, or reads one again. Old tables are never unmapped (1.3 MiB in all once the
+ * largest is reached). A table of 4096 slots from the start took 6 of its 16 pages in a small
+ * program, each a read and a write fault on the zero page: 12 of the 24 page faults sampling
+ * added to heap-leak (perf record -e page-faults). */
 #define PROF_RULE_FIRST_SLOTS 256
 #define PROF_RULE_MAX_SLOTS 65536
 #define PROF_RULE_PROBES 8

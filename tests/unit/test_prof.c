@@ -324,9 +324,8 @@ static void test_rule_cache_grows(void) {
 /* A rule whose probe window (8 slots) is full grows the table, so it is cached like any other:
  * 9 addresses in 256 KiB of libc's text from printf on (even offsets: test_rule_cache_grows takes
  * odd ones) that share one window, none cached yet, are each read once and then all found in the
- * cache. (Before, the ninth was read again at every
- * walk that met it; unit-prof's 2,000 addresses above met such a window in a few runs in a
- * hundred, depending on where ASLR put libc.) */
+ * cache. (Before, the ninth was read again at every walk that met it; unit-prof's 2,000 addresses
+ * above met such a window in a few runs in a hundred, depending on where ASLR put libc.) */
 static void test_rule_cache_full_window(void) {
 #if defined(__x86_64__)
   uintptr_t base = (uintptr_t)dlsym(RTLD_DEFAULT, "printf");
