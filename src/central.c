@@ -164,15 +164,15 @@ static void central_carve_more(span_t *span, unsigned cls, unsigned want) {
   uint32_t count = end - first, lanes = CARVE_LANES, lane = count / CARVE_LANES, longer = count % CARVE_LANES;
   if (size >= CARVE_LANE_MIN_BYTES || lane == 0 || (uintptr_t)(lane - 1) * size < CARVE_LANE_MIN_BYTES)
     lanes = 1, lane = count, longer = 0;
-  void *next = NULL; /* linked from the last out to the first */
-  for (uint32_t round = lane + 1; round-- > 0;)
-    for (uint32_t l = lanes; l-- > 0;) {
-      if (round >= lane + (l < longer)) continue; /* this lane is shorter */
-      uint32_t i = first + l * lane + (l < longer ? l : longer) + round;
-      void *obj = (void *)(span->start + (uintptr_t)i * size);
-      central_link(cls, obj, next);
-      next = obj;
-    }
+  uint32_t in_full_rounds = lane * lanes; /* rounds of a slot from every lane; then the longer lanes' last */
+  void *next = NULL;
+  for (uint32_t k = count; k-- > 0;) { /* the k-th out, linked from the last to the first */
+    uint32_t round = k < in_full_rounds ? k / lanes : lane, l = k < in_full_rounds ? k % lanes : k - in_full_rounds;
+    uint32_t i = first + l * lane + (l < longer ? l : longer) + round;
+    void *obj = (void *)(span->start + (uintptr_t)i * size);
+    central_link(cls, obj, next);
+    next = obj;
+  }
   pagemap_set_carved(span, central_pages_of(first, size), pages);
   span->u.small.carved = (uint16_t)end;
   span->u.small.freelist = next;

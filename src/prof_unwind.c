@@ -175,28 +175,22 @@ static size_t prof_rule_home(uintptr_t key) {
   return (size_t)(h ^ (h >> 31));
 }
 
-/* key's slot in t, or NULL (readers, lock-free). */
-static const prof_rule_slot_t *prof_rule_find(const prof_rule_table_t *t, uintptr_t key) {
+/* key's probe window in t: the slot holding key, else the window's first empty slot (where a
+ * writer puts it), else NULL (no table, or the window full). Lock-free for readers. */
+static prof_rule_slot_t *prof_rule_window(prof_rule_table_t *t, uintptr_t key) {
   size_t home = prof_rule_home(key);
   for (unsigned i = 0; t != NULL && i < PROF_RULE_PROBES; i++) {
-    const prof_rule_slot_t *slot = &t->slots[(home + i) & t->mask];
+    prof_rule_slot_t *slot = &t->slots[(home + i) & t->mask];
     uintptr_t k = __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE);
-    if (k == key) return slot;
-    if (k == 0) break;
+    if (k == key || k == 0) return slot;
   }
   return NULL;
 }
 
-/* A free slot in key's probe window of t, or NULL (full, or key is there). The writer's. */
-static prof_rule_slot_t *prof_rule_free_slot(prof_rule_table_t *t, uintptr_t key) {
-  size_t home = prof_rule_home(key);
-  for (unsigned i = 0; i < PROF_RULE_PROBES; i++) {
-    prof_rule_slot_t *slot = &t->slots[(home + i) & t->mask];
-    uintptr_t k = __atomic_load_n(&slot->key, __ATOMIC_RELAXED);
-    if (k == key) return NULL;
-    if (k == 0) return slot;
-  }
-  return NULL;
+/* key's rule slot in t, or NULL. */
+static const prof_rule_slot_t *prof_rule_find(prof_rule_table_t *t, uintptr_t key) {
+  const prof_rule_slot_t *slot = prof_rule_window(t, key);
+  return slot != NULL && __atomic_load_n(&slot->key, __ATOMIC_ACQUIRE) == key ? slot : NULL;
 }
 
 /* Publishes a table of `slots` holding the current one's rules. A failed mapping leaves the
@@ -209,7 +203,7 @@ static void prof_rules_grow(size_t slots) {
   fresh->mask = slots - 1;
   prof_rule_table_t *old = prof_rules;
   for (size_t i = 0; old != NULL && i <= old->mask; i++) {
-    prof_rule_slot_t *slot = old->slots[i].key ? prof_rule_free_slot(fresh, old->slots[i].key) : NULL;
+    prof_rule_slot_t *slot = old->slots[i].key ? prof_rule_window(fresh, old->slots[i].key) : NULL;
     if (slot == NULL) continue; /* empty, or its window is full even here: read again when met */
     *slot = old->slots[i];
     fresh->count++;
@@ -535,20 +529,17 @@ static uint64_t prof_rule_of(uintptr_t key) {
   uint64_t rule = prof_rule_read(key, false);
   if (__atomic_exchange_n(&prof_rules_writer, 1, __ATOMIC_ACQUIRE) == 0) {
     prof_rule_table_t *current = prof_rules;
+    prof_rule_slot_t *slot = prof_rule_window(current, key);
+    /* The table grows when it has none, is half full, or key's window is full: at up to half
+     * full a run of 8 taken slots is rare but not negligible (in unit-prof, 2,000 addresses of
+     * libc's text left one rule uncached in a few runs in a hundred, by where ASLR put libc), and
+     * an uncached rule is read from the DWARF every time a walk meets it. */
     size_t slots = current == NULL ? PROF_RULE_FIRST_SLOTS : (current->mask + 1) * 4;
-    if ((current == NULL || current->count + 1 > (current->mask + 1) / 2) && slots <= PROF_RULE_MAX_SLOTS)
+    if ((slot == NULL || current->count + 1 > (current->mask + 1) / 2) && slots <= PROF_RULE_MAX_SLOTS) {
       prof_rules_grow(slots);
-    prof_rule_slot_t *slot = prof_rules != NULL ? prof_rule_free_slot(prof_rules, key) : NULL;
-    /* A full window grows the table too: at up to half full, a run of 8 taken slots is rare but
-     * not negligible (in unit-prof, 2,000 addresses of libc's text left one rule uncached in a
-     * few runs in a hundred, by where ASLR put libc), and an uncached rule is read from the DWARF
-     * every time a walk meets it. */
-    if (slot == NULL && prof_rules != NULL && prof_rule_find(prof_rules, key) == NULL &&
-        (prof_rules->mask + 1) * 4 <= PROF_RULE_MAX_SLOTS) {
-      prof_rules_grow((prof_rules->mask + 1) * 4);
-      slot = prof_rule_free_slot(prof_rules, key);
+      slot = prof_rule_window(prof_rules, key);
     }
-    if (slot != NULL) {
+    if (slot != NULL && slot->key == 0) { /* an empty slot (key's own: an earlier writer cached it) */
       slot->rule = rule;
       __atomic_store_n(&slot->key, key, __ATOMIC_RELEASE);
       prof_rules->count++;

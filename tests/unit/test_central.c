@@ -99,18 +99,16 @@ static void test_carve_lanes(void) {
   for (unsigned cls = 1; cls < SIZECLASS_COUNT && sizeclass_size[cls] <= CARVE_LANE_MIN_BYTES; cls++) {
     uint32_t size = sizeclass_size[cls];
     unsigned per_span = (unsigned)(sizeclass_pages[cls] * PAGE_SIZE / size), older = 0, n = 0;
-    uintptr_t *at = lanes_at;
-    void **before = lanes_before;
-    unsigned char *seen = lanes_seen;
+    uintptr_t *at = lanes_at; /* the fresh span's objects in the order they came out */
     CHECK(per_span <= LANES_MAX_SLOTS);
-    memset(seen, 0, per_span);
+    memset(lanes_seen, 0, per_span);
     span_t *fresh = NULL;
     while (fresh == NULL && older < 2 * per_span) { /* until an object is a new span's first */
       void *one = NULL;
       CHECK_EQ(central_remove(cls, &one, 1), 1);
       span_t *span = pagemap_span((uintptr_t)one);
       if (span->u.small.allocated == 1 && (uintptr_t)one == span->start) fresh = span, at[n++] = (uintptr_t)one;
-      else before[older++] = one;
+      else lanes_before[older++] = one;
     }
     CHECK(fresh != NULL);
     while (n < per_span) {
@@ -118,10 +116,11 @@ static void test_carve_lanes(void) {
       CHECK_EQ(central_remove(cls, &one, 1), 1);
       at[n++] = (uintptr_t)one;
     }
-    for (unsigned i = 0; i < n; i++) {
+    for (unsigned i = 0; i < n; i++) { /* every slot of the span, once */
       uintptr_t off = at[i] - fresh->start;
-      CHECK(at[i] >= fresh->start && off % size == 0 && off / size < per_span && !seen[off / size]);
-      if (at[i] >= fresh->start && off / size < per_span) seen[off / size] = 1;
+      bool slot = at[i] >= fresh->start && off % size == 0 && off / size < per_span;
+      CHECK(slot && !lanes_seen[off / size]);
+      if (slot) lanes_seen[off / size] = 1;
     }
     if (size < CARVE_LANE_MIN_BYTES) {
       for (unsigned i = 0; i + 1 < n; i++)
@@ -131,7 +130,7 @@ static void test_carve_lanes(void) {
       for (unsigned i = 0; i + 1 < n; i++) CHECK_EQ(at[i + 1], at[i] + size);
     }
     for (unsigned i = 0; i < n + older; i++) { /* everything back, one object at a time */
-      void *obj = i < n ? (void *)at[i] : before[i - n];
+      void *obj = i < n ? (void *)at[i] : lanes_before[i - n];
       if (size >= 16) freelist_set_next(obj, NULL);
       else *(void **)obj = NULL;
       central_insert(cls, obj, 1);
