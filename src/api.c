@@ -811,4 +811,18 @@ size_t malloc_usable_size(void *ptr) QM_ALIAS(qm_malloc_usable_size);
 void free_sized(void *ptr, size_t size) QM_ALIAS(qm_free_sized);
 void free_aligned_sized(void *ptr, size_t alignment, size_t size) QM_ALIAS(qm_free_aligned_sized);
 int malloc_trim(size_t pad) QM_ALIAS(qm_trim);
+/* glibc exports its allocator under these names too, and some programs and interposers call them
+ * directly (a wrapper that forwards malloc to __libc_malloc, a binary from before glibc 2.26
+ * calling cfree). Left to glibc, such a block reaches qmalloc's free, or one of qmalloc's reaches
+ * glibc's free, which may take qmalloc's memory for one of its chunks: both allocators must never
+ * see each other's blocks, so these names are qmalloc's as well (TCMalloc and mimalloc do the
+ * same). */
+void *__libc_malloc(size_t size) QM_ALIAS(qm_malloc);
+void __libc_free(void *ptr) QM_ALIAS(qm_free);
+void *__libc_calloc(size_t count, size_t size) QM_ALIAS(qm_calloc);
+void *__libc_realloc(void *ptr, size_t size) QM_ALIAS(qm_realloc);
+void *__libc_memalign(size_t alignment, size_t size) QM_ALIAS(qm_memalign);
+void *__libc_valloc(size_t size) QM_ALIAS(qm_valloc);
+void *__libc_pvalloc(size_t size) QM_ALIAS(qm_pvalloc);
+void cfree(void *ptr) QM_ALIAS(qm_free);
 #endif

@@ -1,5 +1,5 @@
 /* The dynamic symbol table of libqmalloc.so ($QMALLOC_SO), read with `nm -D --defined-only`:
- *  - every malloc-family name, every qm_* function of include/qmalloc.h and every standard C++
+ *  - every malloc-family name (glibc's __libc_ names and cfree too), every qm_* function of include/qmalloc.h and every standard C++
  *    operator new/delete is exported;
  *  - nothing else is, apart from the optional glibc extras (mallinfo, mallinfo2, malloc_stats,
  *    malloc_info, malloc_trim, mallopt) and further qm_* names: an internal symbol leaking out
@@ -15,6 +15,9 @@ static const char *const REQUIRED[] = {
   /* C and POSIX */
   "malloc", "free", "calloc", "realloc", "reallocarray", "posix_memalign", "aligned_alloc", "memalign",
   "valloc", "pvalloc", "malloc_usable_size", "free_sized", "free_aligned_sized",
+  /* glibc's other names for its allocator, and cfree: a block from any name is freed by any other */
+  "__libc_malloc", "__libc_free", "__libc_calloc", "__libc_realloc", "__libc_memalign", "__libc_valloc",
+  "__libc_pvalloc", "cfree",
   /* include/qmalloc.h */
   "qm_malloc", "qm_free", "qm_calloc", "qm_realloc", "qm_reallocarray", "qm_posix_memalign", "qm_aligned_alloc",
   "qm_memalign", "qm_valloc", "qm_pvalloc", "qm_malloc_usable_size", "qm_free_sized", "qm_free_aligned_sized",
