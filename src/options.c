@@ -15,6 +15,7 @@
 #include <limits.h>
 #include <sched.h>
 #include <stdint.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 
 /* ---- the table ------------------------------------------------------------------------------- */
@@ -511,6 +512,17 @@ extern char **environ;
 enum { OPTIONS_INIT_NONE, OPTIONS_INIT_RUNNING, OPTIONS_INIT_DONE };
 static int options_init_state = OPTIONS_INIT_NONE;
 
+/* A set-user-ID or set-group-ID program, or one that gained capabilities at exec, runs with the
+ * environment of a less privileged user, who must not steer it: QMALLOC_PROF_DUMP would have it
+ * create and truncate files of that user's choosing with its own privileges. As glibc ignores its
+ * malloc variables there and jemalloc reads MALLOC_CONF with secure_getenv, such a process reads
+ * no QMALLOC_ variable (the defaults apply; mallopt still works). Secure execution is the
+ * kernel's AT_SECURE, or real and effective ids that differ (which also holds before libc has
+ * read the auxiliary vector, early in a static binary). */
+static bool options_secure_execution(void) {
+  return getauxval(AT_SECURE) != 0 || getuid() != geteuid() || getgid() != getegid();
+}
+
 void options_init(void) {
   if (__atomic_load_n(&options_init_state, __ATOMIC_ACQUIRE) == OPTIONS_INIT_DONE)
     return;
@@ -523,7 +535,9 @@ void options_init(void) {
     return;
   }
   char **env = environ;
-  if (env != NULL)
+  if (options_secure_execution())
+    ; /* the environment is not the program's to trust (above) */
+  else if (env != NULL)
     options_apply_environ(env);
   else
     options_apply_proc_environ();
