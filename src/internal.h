@@ -158,6 +158,8 @@ size_t tcache_reclaim_idle(bool everyone);
 void tcache_housekeeping(void);
 /* Whether caches can be taken back at all (membarrier(2) works). */
 bool tcache_reclaim_available(void);
+/* How many threads hold a live cache now (read without the lock: a value that was true). */
+size_t tcache_live_caches(void);
 /* Process init: the thread-exit hook and the budget. Does not allocate. */
 void tcache_init(void);
 /* Recomputes the unclaimed budget from tcache_total and the live caches (init, option change). */

@@ -14,6 +14,8 @@
  * - Wakes every RELEASE_PERIOD_MS and runs the slow paths' housekeeping (tcache_housekeeping): the
  *   decay, and the idle scan every tcache_idle_ms. It allocates nothing, blocks every signal (the
  *   program's handlers never run on it), and holds no lock while it sleeps.
+ * - Ends when no thread holds a cache (release_stop): a process whose threads have all ended must
+ *   end too, and this thread would keep it alive.
  * - Fork: only the forking thread exists in the child, so the child marks the releaser not started,
  *   and starts its own the same lazy way (release_after_fork_child, from the fork handlers).
  * Lock: release_state.lock guards the start. Callers: pageheap.c and tcache.c (requests), tcache.c
@@ -46,6 +48,21 @@ static struct {
   uint64_t wakeups;
 } release_state = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+/* The thread ends when no thread holds a cache: no thread of the program allocates (its first call
+ * would make one), so nothing will be asked for again soon; everything free goes back to the OS at
+ * once (as malloc_trim does), and the thread returns. Sleeping on would keep the process alive: a
+ * process whose last thread ends with pthread_exit lives until its last thread does, and glibc's
+ * start_thread then calls exit(0) in whichever thread that is; with the releaser asleep the
+ * process never ended (python3's test_threading hung on such a child, forked from a thread; so
+ * does any C program whose main calls pthread_exit). The next release_request starts a new one. */
+static void release_stop(void) {
+  central_drain_transfer();
+  pageheap_release_all();
+  pthread_mutex_lock(&release_state.lock);
+  __atomic_store_n(&release_state.started, false, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&release_state.lock);
+}
+
 static void *release_main(void *unused) {
   sigset_t all;
   sigfillset(&all);
@@ -55,8 +72,10 @@ static void *release_main(void *unused) {
     struct timespec period = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
     nanosleep(&period, NULL);
     __atomic_add_fetch(&release_state.wakeups, 1, __ATOMIC_RELAXED);
+    if (tcache_live_caches() == 0) break;
     tcache_housekeeping();
   }
+  release_stop();
   return NULL;
 }
 

@@ -136,7 +136,7 @@ static void tcache_thread_init(tcache_t *tc) {
   tc->next = tcache_registry.head;
   if (tc->next) tc->next->prev = tc;
   tcache_registry.head = tc;
-  tcache_registry.threads++;
+  __atomic_store_n(&tcache_registry.threads, tcache_registry.threads + 1, __ATOMIC_RELAXED); /* read unlocked: tcache_live_caches */
   if (tcache_registry.threads >= 2) release_request(); /* an idle thread's cache may need taking */
   tc->idle_seen = UINT64_MAX; /* not idle until a scan has seen it */
   memcpy(tc->magic, sizeclass_magic, sizeof tc->magic);
@@ -225,7 +225,7 @@ static void tcache_unregister(tcache_t *tc) {
   else tcache_registry.head = tc->next;
   if (tc->next) tc->next->prev = tc->prev;
   if (tcache_registry.steal_cursor == tc) tcache_registry.steal_cursor = NULL;
-  tcache_registry.threads--;
+  __atomic_store_n(&tcache_registry.threads, tcache_registry.threads - 1, __ATOMIC_RELAXED);
   tcache_registry.unclaimed += (intptr_t)tcache_max_size(tc);
   tcache_registry.retired_refills += tc->refills;
   tcache_registry.retired_flushes += tc->flushes;
@@ -584,7 +584,7 @@ void tcache_unlock_after_fork(bool child) {
   bool live = self->state == TCACHE_LIVE;
   tcache_registry.head = live ? self : NULL;
   if (live) self->next = self->prev = NULL;
-  tcache_registry.threads = live ? 1 : 0;
+  __atomic_store_n(&tcache_registry.threads, live ? 1 : 0, __ATOMIC_RELAXED);
   tcache_registry.unclaimed = (intptr_t)option(OPTION_TCACHE_TOTAL) - (live ? (intptr_t)self->max_size : 0);
   tcache_registry.steal_cursor = NULL;
 }
@@ -608,6 +608,8 @@ void tcache_budget_init(void) {
   tcache_registry.unclaimed = (intptr_t)option(OPTION_TCACHE_TOTAL) - claimed;
   pthread_mutex_unlock(&tcache_registry.lock);
 }
+
+size_t tcache_live_caches(void) { return __atomic_load_n(&tcache_registry.threads, __ATOMIC_RELAXED); }
 
 void tcache_totals(tcache_totals_t *out, size_t *objects_per_class, tcache_thread_stats_t *threads, size_t max_threads) {
   *out = (tcache_totals_t){0};
