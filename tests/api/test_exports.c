@@ -1,6 +1,6 @@
 /* The dynamic symbol table of libqmalloc.so ($QMALLOC_SO), read with `nm -D --defined-only`:
- *  - every malloc-family name (glibc's __libc_ names and cfree too), every qm_* function of include/qmalloc.h and every standard C++
- *    operator new/delete is exported;
+ *  - every malloc-family name (glibc's __libc_ names and cfree too), every qm_* function of
+ *    include/qmalloc.h and every standard C++ operator new/delete is exported;
  *  - nothing else is, apart from the optional glibc extras (mallinfo, mallinfo2, malloc_stats,
  *    malloc_info, malloc_trim, mallopt) and further qm_* names: an internal symbol leaking out
  *    (a missing `static` or visibility attribute) fails, and the unexpected names are listed;
