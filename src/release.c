@@ -88,7 +88,10 @@ static void release_start(void) {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 64 << 10); /* it calls nothing deep */
+    /* The default stack, a program thread's: when the releaser is the process's last thread,
+     * glibc runs the program's exit (atexit handlers, C++ destructors) on it (release_stop). On
+     * 64 KiB, an exit handler using 256 KiB of stack crashed (preload-last_thread). The pages it
+     * does not touch are address space only. */
     pthread_t thread;
     bool was = prof_suspend(); /* its allocations are qmalloc's, not the program's: no samples */
     /* Marked started even if pthread_create fails: the program runs on as before (slow paths do

@@ -8,7 +8,7 @@
  *         being the child's last (python3's test_threading does this); the parent waits for the
  *         child and reports its status.
  * Prints "releaser running" once a thread named qmalloc-release exists (so that the run tests
- * something), and the atexit handler prints "atexit ran". */
+ * something), and the atexit handler, on 256 KiB of stack, prints "atexit ran". */
 #include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -17,8 +17,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* Uses 256 KiB of stack, as a program's exit-time code may (C++ destructors, atexit handlers):
+ * glibc runs it in the process's last thread, which may be qmalloc's releaser. */
 static void at_exit(void) {
-  printf("atexit ran in %d\n", (int)getpid());
+  volatile char deep[256 << 10];
+  memset((char *)deep, 1, sizeof deep);
+  printf("atexit ran in %d (%d)\n", (int)getpid(), deep[sizeof deep - 1]);
   fflush(stdout);
 }
 
