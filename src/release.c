@@ -15,7 +15,8 @@
  *   decay, and the idle scan every tcache_idle_ms. It allocates nothing, blocks every signal (the
  *   program's handlers never run on it), and holds no lock while it sleeps.
  * - Ends when no thread holds a cache (release_stop): a process whose threads have all ended must
- *   end too, and this thread would keep it alive.
+ *   end too, and this thread would keep it alive. If it was the last thread, glibc runs the
+ *   program's exit on it, with the program's code: hence a default-sized stack (release_start).
  * - Fork: only the forking thread exists in the child, so the child marks the releaser not started,
  *   and starts its own the same lazy way (release_after_fork_child, from the fork handlers).
  * Lock: release_state.lock guards the start. Callers: pageheap.c and tcache.c (requests), tcache.c
