@@ -785,8 +785,7 @@ QM_EXPORT int qm_trim(size_t pad) {
   tcache_flush_self();
   prof_pages_release(false); /* this thread's kept sampled page (other threads' stay: one page each at most) */
   tcache_reclaim_idle(true); /* every other cache not in use right now */
-  central_drain_transfer();
-  return pageheap_release_all() > 0;
+  return release_all_free() > 0;
 }
 
 QM_EXPORT void qm_stats_print(int fd, int format) { stats_print(fd, format); }

@@ -188,6 +188,9 @@ void release_request(void);
  * create a thread, which allocates). */
 void release_poll(void);
 uint64_t release_wakeups(void); /* times the thread woke (statistics) */
+/* Empties the transfer caches into their spans and gives every free page back to the OS (what
+ * malloc_trim does once the thread caches are flushed); returns the bytes released or unmapped. */
+size_t release_all_free(void);
 void release_after_fork_child(void);
 
 /* ---- fork.c: the fork protocol (docs/design.md "Fork") ---- */

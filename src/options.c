@@ -535,12 +535,12 @@ void options_init(void) {
     return;
   }
   char **env = environ;
-  if (options_secure_execution())
-    ; /* the environment is not the program's to trust (above) */
-  else if (env != NULL)
-    options_apply_environ(env);
-  else
-    options_apply_proc_environ();
+  if (!options_secure_execution()) { /* else the environment is not the program's to trust */
+    if (env != NULL)
+      options_apply_environ(env);
+    else
+      options_apply_proc_environ();
+  }
   if (option(OPTION_VERBOSE))
     options_print(2);
   __atomic_store_n(&options_init_state, OPTIONS_INIT_DONE, __ATOMIC_RELEASE);

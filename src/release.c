@@ -20,7 +20,7 @@
  * - Fork: only the forking thread exists in the child, so the child marks the releaser not started,
  *   and starts its own the same lazy way (release_after_fork_child, from the fork handlers).
  * Lock: release_state.lock guards the start. Callers: pageheap.c and tcache.c (requests), tcache.c
- * and api.c (polls, outside windows), init.c (fork). */
+ * and api.c (polls, outside windows), init.c (fork), api.c (release_all_free, for malloc_trim). */
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
@@ -56,9 +56,13 @@ static struct {
  * start_thread then calls exit(0) in whichever thread that is; with the releaser asleep the
  * process never ended (python3's test_threading hung on such a child, forked from a thread; so
  * does any C program whose main calls pthread_exit). The next release_request starts a new one. */
-static void release_stop(void) {
+size_t release_all_free(void) {
   central_drain_transfer();
-  pageheap_release_all();
+  return pageheap_release_all();
+}
+
+static void release_stop(void) {
+  release_all_free();
   pthread_mutex_lock(&release_state.lock);
   __atomic_store_n(&release_state.started, false, __ATOMIC_RELEASE);
   /* A thread that made a cache since the test found the releaser still started, and asked for

@@ -1,7 +1,8 @@
 # Shared by the tests/preload/test_*.sh scripts (sourced, not run by CTest): PASS/FAIL bookkeeping,
 # the closing "N passed, N failed" line and exit code, the checks of the environment CTest passes
 # in (QMALLOC_SO, QMALLOC_STATIC_LIB, QM_TEST_BIN, QM_SOURCE_DIR, QM_BUILD_DIR), a scratch
-# directory removed on exit, and the parser of qmalloc's QMALLOC_STATS=1 report.
+# directory removed on exit, the library of each build (library_of), and the parser of qmalloc's
+# QMALLOC_STATS=1 report.
 
 QM_PASSED=0
 QM_FAILED=0
@@ -34,6 +35,9 @@ require_env() {
 QM_TMP=$(mktemp -d "${TMPDIR:-/tmp}/qm_preload.XXXXXX")
 trap 'rm -rf "$QM_TMP"' EXIT
 ulimit -c 0 # the death tests abort on purpose: no core files
+
+# library_of BUILD: the preloaded library of the "default" or the "hardened" build.
+library_of() { if [[ $1 == hardened ]]; then echo "$QM_HARDENED_SO"; else echo "$QMALLOC_SO"; fi; }
 
 # stats_mapped FILE: the byte counts of every "MALLOC: = <n> (<m> MiB) bytes mapped from the OS"
 # line in FILE (qmalloc writes its statistics to stderr at exit when QMALLOC_STATS=1; the format is

@@ -15,8 +15,7 @@ PROG=$QM_TEST_BIN/preload_free_property
 SEEDS=${QM_PROPERTY_SEEDS:-48}
 
 for build in default hardened; do
-  so=$QMALLOC_SO
-  [[ $build == hardened ]] && so=$QM_HARDENED_SO
+  so=$(library_of $build)
   declare -A stopped=()
   bad=0
   for ((seed = 1; seed <= SEEDS; seed++)); do

@@ -13,8 +13,7 @@ require_env QMALLOC_SO QM_HARDENED_SO QM_TEST_BIN
 prog=$QM_TEST_BIN/preload_last_thread
 
 for build in default hardened; do
-  so=$QMALLOC_SO
-  [[ $build == hardened ]] && so=$QM_HARDENED_SO
+  so=$(library_of $build)
 
   LD_PRELOAD=$so timeout -s KILL 20 "$prog" main >"$QM_TMP/$build.main.out" 2>"$QM_TMP/$build.main.err"
   st=$?

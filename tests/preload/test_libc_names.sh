@@ -13,8 +13,7 @@ require_env QMALLOC_SO QM_HARDENED_SO QM_TEST_BIN
 prog=$QM_TEST_BIN/preload_libc_names
 
 for build in default hardened; do
-  so=$QMALLOC_SO
-  [[ $build == hardened ]] && so=$QM_HARDENED_SO
+  so=$(library_of $build)
 
   out=$(LD_PRELOAD=$so "$prog" mix 2>"$QM_TMP/$build.err")
   st=$?
