@@ -56,6 +56,18 @@ bool os_release(void *addr, size_t size);
  * gives up (mremap MREMAP_FIXED replaces it); the old range is unmapped. False if impossible, and
  * then both ranges are as they were. */
 bool os_move(void *addr, size_t old_size, size_t new_size, void *target);
+/* Reserves `size` bytes of address space (PROT_NONE, no commit charge, not counted as mapped) at
+ * the same offset modulo 2 MiB as `like`: a place for the hardened build's shadow of the chunk at
+ * `like` (harden_park.c), which os_move_pages then moves there (see it); NULL if refused. */
+void *os_reserve_like(size_t size, uintptr_t like);
+/* Unmaps (part of) a shadow, or a reservation for one. */
+bool os_unmap_shadow(void *addr, size_t size);
+/* Moves the pages of [from, from + size) onto `to` (a writable mapping the caller owns, which they
+ * replace), leaving `from` mapped and empty (mremap's MREMAP_DONTUNMAP, Linux 5.7 and later): the
+ * kernel moves whole page tables where both ranges are alike modulo 2 MiB, so a move costs little
+ * more than a system call, where mprotect rewrites every page-table entry. False if impossible (an
+ * older kernel, a range over two mappings, mlock'ed memory), and then both ranges are as they were. */
+bool os_move_pages(void *from, size_t size, void *to);
 /* Registers the process for membarrier(2)'s expedited private barrier; false if the kernel (or a
  * seccomp filter, or valgrind) does not offer it. */
 bool os_membarrier_init(void);

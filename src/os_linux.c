@@ -99,17 +99,18 @@ bool os_unmap_guarded(void *addr, size_t size, os_guard_t guard) {
   return ok;
 }
 
-bool os_unmap_guard(void *addr) {
+/* munmap, keeping errno. */
+static bool os_munmap(void *addr, size_t size) {
   int saved = errno;
-  bool ok = munmap(addr, os_guard_size()) == 0;
+  bool ok = munmap(addr, size) == 0;
   errno = saved;
   return ok;
 }
 
+bool os_unmap_guard(void *addr) { return os_munmap(addr, os_guard_size()); }
+
 bool os_unmap(void *addr, size_t size) {
-  int saved = errno;
-  bool ok = munmap(addr, size) == 0;
-  errno = saved;
+  bool ok = os_munmap(addr, size);
   if (ok) stats_mapped_add(-(intptr_t)size);
   return ok;
 }
@@ -126,6 +127,39 @@ bool os_move(void *addr, size_t old_size, size_t new_size, void *target) {
   bool ok = mremap(addr, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target) != MAP_FAILED;
   errno = saved;
   if (ok) stats_mapped_add(-(intptr_t)old_size); /* target was counted when it was mapped */
+  return ok;
+}
+
+/* Page tables cover 2 MiB each on x86-64 (and on aarch64 with 4 KiB pages): a move shifts whole
+ * tables only between ranges alike modulo this. */
+#define OS_TABLE_SPAN ((uintptr_t)2 << 20)
+
+void *os_reserve_like(size_t size, uintptr_t like) {
+  int saved = errno;
+  void *result = NULL;
+  size_t reserve = size + OS_TABLE_SPAN;
+  char *r = reserve < size ? MAP_FAILED : mmap(NULL, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (r != MAP_FAILED) {
+    char *p = (char *)(((uintptr_t)r & ~(OS_TABLE_SPAN - 1)) + (like & (OS_TABLE_SPAN - 1)));
+    if (p < r) p += OS_TABLE_SPAN;
+    if (p > r) munmap(r, (size_t)(p - r));
+    if (p + size < r + reserve) munmap(p + size, (size_t)(r + reserve - (p + size)));
+    result = p;
+  }
+  errno = saved;
+  return result;
+}
+
+bool os_unmap_shadow(void *addr, size_t size) { return os_munmap(addr, size); }
+
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4 /* linux/mman.h since 5.7; older headers lack it */
+#endif
+
+bool os_move_pages(void *from, size_t size, void *to) {
+  int saved = errno;
+  bool ok = mremap(from, size, size, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, to) != MAP_FAILED;
+  errno = saved;
   return ok;
 }
 
