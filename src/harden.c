@@ -217,7 +217,3 @@ void harden_guard_large(span_t *span) {
 void harden_unguard_large(span_t *span) {
   os_protect((void *)(span->start + ((uintptr_t)span->npages - 1) * PAGE_SIZE), PAGE_SIZE, true);
 }
-
-void harden_protect_freed(span_t *span) { os_protect((void *)span->start, (size_t)span->npages * PAGE_SIZE, false); }
-
-void harden_unprotect(span_t *span) { os_protect((void *)span->start, (size_t)span->npages * PAGE_SIZE, true); }

@@ -242,12 +242,21 @@ void harden_carve(span_t *span, unsigned cls);
  * cannot be reserved); harden_is_zero tells such addresses (free does nothing with them). */
 void *harden_zero_alloc(void);
 bool harden_is_zero(const void *ptr);
-/* Large spans: the last page made a guard (PROT_NONE), or accessible again; a freed large span made inaccessible;
- * a span taken from the free sets made accessible again (pageheap.c, under its lock). */
+/* Large spans: the last page made a guard (PROT_NONE), or accessible again. */
 void harden_guard_large(span_t *span);
 void harden_unguard_large(span_t *span); /* before a huge block is remapped (realloc) */
-void harden_protect_freed(span_t *span);
-void harden_unprotect(span_t *span);
+/* ---- harden_park.c (the hardened build; pageheap.c calls them under its lock) ---- */
+/* A new page-heap chunk: gets a shadow, where its free spans' pages can wait. */
+void harden_park_add_chunk(uintptr_t start, size_t bytes);
+/* A range of page-heap address space was unmapped: its shadow goes too. */
+void harden_park_forget(uintptr_t start, size_t bytes);
+/* A freed range made inaccessible, its pages moved to its shadow where it has one. */
+void harden_park(uintptr_t start, size_t bytes);
+/* A range handed out again made accessible, with the pages its shadow holds. */
+void harden_unpark(uintptr_t start, size_t bytes);
+/* Releases the pages a free range's shadow holds; false if the kernel kept some (the range must
+ * not then be counted as released: calloc trusts released pages to read as zero). */
+bool harden_park_release(uintptr_t start, size_t bytes);
 
 /* ---- stats.c ---- */
 void stats_mapped_add(intptr_t bytes);

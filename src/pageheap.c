@@ -147,6 +147,7 @@ static void pageheap_insert_coalesced(span_t *span) {
     pageheap_remove(left);
     span->start = left->start;
     span->npages += left->npages;
+    span->parked |= left->parked;
     if (left->freed_ms > span->freed_ms) span->freed_ms = left->freed_ms;
     span_delete(left);
   }
@@ -154,6 +155,7 @@ static void pageheap_insert_coalesced(span_t *span) {
   if (right && right->state == span->state && right->start == end) {
     pageheap_remove(right);
     span->npages += right->npages;
+    span->parked |= right->parked;
     if (right->freed_ms > span->freed_ms) span->freed_ms = right->freed_ms;
     span_delete(right);
   }
@@ -166,6 +168,7 @@ static bool pageheap_carve(span_t *span, size_t npages) {
   span_t *rest = span_new(span->start + npages * PAGE_SIZE, span->npages - npages, span->state);
   if (rest == NULL) return false;
   rest->freed_ms = span->freed_ms;
+  rest->parked = span->parked;
   span->npages = (uint32_t)npages;
   pageheap_insert(rest);
   return true;
@@ -187,7 +190,8 @@ static bool pageheap_release_span(span_t *span, uint64_t now) {
     pageheap_insert(span);
     return true;
   }
-  if (!os_release((void *)lo, hi - lo)) {
+  /* In the hardened build, the pages parked in the span's shadow first (harden_park.c). */
+  if ((qm_hardened && span->parked && !harden_park_release(lo, hi - lo)) || !os_release((void *)lo, hi - lo)) {
     pageheap.release_failures++;
     span->freed_ms = now;
     pageheap_insert(span); /* as it was: its neighbours did not change */
@@ -203,6 +207,7 @@ static bool pageheap_release_span(span_t *span, uint64_t now) {
       pageheap_insert(span);
       return true;
     }
+    rest->parked = span->parked;
     span->npages = (uint32_t)((lo - span->start) / PAGE_SIZE);
     pageheap_insert(span);
     span = rest;
@@ -215,6 +220,7 @@ static bool pageheap_release_span(span_t *span, uint64_t now) {
       return true;
     }
     tail->freed_ms = span->freed_ms;
+    tail->parked = span->parked;
     span->npages = (uint32_t)((hi - span->start) / PAGE_SIZE);
     pageheap_insert(tail);
   }
@@ -280,6 +286,7 @@ static size_t pageheap_unmap_free(size_t min_pages, bool backed_too) {
         pagemap_clear_ends(s);
         uintptr_t end = s->start + bytes;
         if (os_unmap((void *)s->start, bytes)) {
+          if (qm_hardened) harden_park_forget(s->start, bytes); /* and its shadow */
           /* The chunk's guard goes with the last of its pages: the hole left behind faults too. */
           if (pagemap_span(end) == &pageheap_guard && os_unmap_guard((void *)end)) pageheap_set_guard(end, NULL);
           span_delete(s);
@@ -351,6 +358,7 @@ static bool pageheap_grow(size_t npages) {
     return false;
   }
   if (guard_pages) pageheap_set_guard((uintptr_t)p + bytes, &pageheap_guard);
+  if (qm_hardened) harden_park_add_chunk((uintptr_t)p, bytes);
   pageheap.region_low = (uintptr_t)p;
   pageheap_insert_coalesced(span);
   return true;
@@ -424,6 +432,7 @@ static span_t *pageheap_join(size_t need) {
   if (best_n->npages > 0) pageheap_insert(best_n); /* still released, next to a span in use */
   else span_delete(best_n);
   best->npages = (uint32_t)need;
+  best->parked |= best_n->parked;
   pageheap_insert(best); /* its ends in the page map; no backed neighbour (they would have merged) */
   pageheap.joins++;
   return best;
@@ -471,7 +480,11 @@ span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, bo
     span->state = free_state;
   }
   if (!pageheap_carve(span, npages)) goto fail;
-  if (qm_hardened) harden_unprotect(span); /* it may hold pages of a freed large block */
+  if (qm_hardened) { /* it may hold pages of a freed large block: parked, or protected in place */
+    if (span->parked) harden_unpark(span->start, span->npages * PAGE_SIZE);
+    else (void)os_protect((void *)span->start, span->npages * PAGE_SIZE, true); /* a no-op, unless a flag was lost */
+    span->parked = 0;
+  }
   if (zeroed) *zeroed = free_state == SPAN_FREE_RELEASED;
   if (sizeclass != 0) {
     span->state = SPAN_SMALL;
@@ -533,7 +546,13 @@ void pageheap_free(span_t *span) {
     pagemap_clear_small(span);
     pageheap.small_span_bytes -= span->npages * PAGE_SIZE;
   } else if (span->state == SPAN_LARGE) {
-    if (qm_hardened) harden_protect_freed(span); /* a read or write after free faults */
+    if (qm_hardened) { /* a read or write after free faults */
+      /* Its guard (its last page) goes with it: parked apart, the two became two mappings that no
+       * longer merged with their neighbours (hundreds of one-page mappings, measured). */
+      harden_unguard_large(span);
+      harden_park(span->start, span->npages * PAGE_SIZE);
+      span->parked = 1;
+    }
     pageheap.large_bytes -= span->npages * PAGE_SIZE;
     /* A huge block served from free spans keeps release_large's promise: back to the OS at once. */
     release_now = span->npages * PAGE_SIZE >= (size_t)option(OPTION_RELEASE_LARGE);
