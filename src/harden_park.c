@@ -5,15 +5,15 @@
  * every page-heap chunk gets a shadow mapping of its size, somewhere the program is never told of,
  * and a freed block's pages move there (os_move_pages: the kernel moves whole page tables, about
  * 10 us for 16 MiB), leaving the block's addresses mapped but empty, which mprotect then makes
- * PROT_NONE with no entry to rewrite. When the page heap hands any of those addresses out again, the
- * pages move back: reused without a page fault, as in the default build.
+ * PROT_NONE with no entry to rewrite. When the page heap hands any of those addresses out again,
+ * the pages move back: reused without a page fault, as in the default build.
  * A free span whose range may hold parked or protected pages carries span->parked. What a move
  * cannot do is done the old way, and is always safe because a free span's contents do not matter:
  * a park that fails leaves the pages in place, protected; an unpark that fails makes the range
  * accessible again (its pages, if any, stay where they are) and drops the shadow's.
  * The shadows are found through a table of the chunks' ranges; a range that leaves the page heap
- * (pageheap_unmap_free) leaves the table with its shadow, so a move never reaches memory that is not
- * qmalloc's. Lock: the page heap's (every caller holds it). Callers: pageheap.c. */
+ * (pageheap_unmap_free) leaves the table with its shadow, so a move never reaches memory that is
+ * not qmalloc's. Lock: the page heap's (every caller holds it). Callers: pageheap.c. */
 #include "internal.h"
 #include "os.h"
 
@@ -39,7 +39,8 @@ static size_t park_find(uintptr_t addr) {
 }
 
 static bool park_insert(size_t at, park_range_t range) {
-  if (!qm_hardened || park_range_count == PARK_RANGES_MAX) return false; /* (the default build: nothing to compile) */
+  /* (qm_hardened: the default build compiles nothing of it) */
+  if (!qm_hardened || park_range_count == PARK_RANGES_MAX) return false;
   for (size_t i = park_range_count; i > at; i--) park_ranges[i] = park_ranges[i - 1];
   park_ranges[at] = range;
   park_range_count++;
@@ -58,13 +59,14 @@ void harden_park_add_chunk(uintptr_t start, size_t bytes) {
    * not a new mapping: so both carry the same flags and page offsets, which the kernel asks of
    * neighbouring mappings before it merges them, and pieces moved back and forth can merge again
    * (the kernel allows 65,530 mappings in all). */
-  void *shadow = os_reserve_like(bytes, start); /* alike modulo 2 MiB: moves shift whole page tables */
+  void *shadow = os_reserve_like(bytes, start); /* alike modulo 2 MiB: moves shift whole tables */
   if (shadow == NULL) return;
   if (!os_move_pages((void *)start, bytes, shadow)) {
     (void)os_unmap_shadow(shadow, bytes);
     return;
   }
-  (void)park_insert(park_find(start), (park_range_t){start, start + bytes, (uintptr_t)shadow}); /* room: tested above */
+  /* (room: tested above) */
+  (void)park_insert(park_find(start), (park_range_t){start, start + bytes, (uintptr_t)shadow});
 }
 
 void harden_park_forget(uintptr_t start, size_t bytes) {
@@ -75,11 +77,13 @@ void harden_park_forget(uintptr_t start, size_t bytes) {
     uintptr_t lo = r.start > start ? r.start : start, hi = r.end < end ? r.end : end;
     (void)os_unmap_shadow((void *)(r.shadow + (lo - r.start)), hi - lo);
     park_remove(i);
-    if (r.start < lo) (void)park_insert(i++, (park_range_t){r.start, lo, r.shadow}); /* the slot just freed */
+    /* The part before the cut takes the slot just freed; the part after, if any, needs one more. */
+    if (r.start < lo) (void)park_insert(i++, (park_range_t){r.start, lo, r.shadow});
     if (hi < r.end) { /* the last range it cuts: the loop ends here */
       park_range_t right = {hi, r.end, r.shadow + (hi - r.start)};
-      /* No room to keep it: its shadow goes too, and its free spans' pages are protected in place. */
-      if (!park_insert(i, right)) (void)os_unmap_shadow((void *)right.shadow, right.end - right.start);
+      /* No room to keep it: its shadow goes too (its free spans' pages are then protected in
+       * place: park_each finds no shadow for them). */
+      if (!park_insert(i, right)) (void)os_unmap_shadow((void *)right.shadow, r.end - hi);
       break;
     }
   }
@@ -110,7 +114,8 @@ static bool park_piece(uintptr_t piece, uintptr_t shadow, size_t size) {
 }
 
 static bool unpark_piece(uintptr_t piece, uintptr_t shadow, size_t size) {
-  if (shadow != 0 && os_move_pages((void *)shadow, size, (void *)piece)) return true; /* accessible, as the shadow is */
+  /* Moved back, the range is accessible, as the shadow is. */
+  if (shadow != 0 && os_move_pages((void *)shadow, size, (void *)piece)) return true;
   bool ok = os_protect((void *)piece, size, true);
   if (shadow != 0) (void)os_release((void *)shadow, size); /* stale pages must not come back later */
   return ok;
