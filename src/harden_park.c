@@ -55,16 +55,8 @@ static void park_remove(size_t at) {
 
 void harden_park_add_chunk(uintptr_t start, size_t bytes) {
   if (park_range_count == PARK_RANGES_MAX) return; /* its freed blocks are protected in place */
-  /* The shadow is the chunk's own empty mapping, moved there (its addresses keep an empty one),
-   * not a new mapping: so both carry the same flags and page offsets, which the kernel asks of
-   * neighbouring mappings before it merges them, and pieces moved back and forth can merge again
-   * (the kernel allows 65,530 mappings in all). */
-  void *shadow = os_reserve_like(bytes, start); /* alike modulo 2 MiB: moves shift whole tables */
+  void *shadow = os_map_shadow(bytes, start); /* alike modulo 2 MiB: moves shift whole tables */
   if (shadow == NULL) return;
-  if (!os_move_pages((void *)start, bytes, shadow)) {
-    (void)os_unmap_shadow(shadow, bytes);
-    return;
-  }
   /* (room: tested above) */
   (void)park_insert(park_find(start), (park_range_t){start, start + bytes, (uintptr_t)shadow});
 }

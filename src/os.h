@@ -56,11 +56,12 @@ bool os_release(void *addr, size_t size);
  * gives up (mremap MREMAP_FIXED replaces it); the old range is unmapped. False if impossible, and
  * then both ranges are as they were. */
 bool os_move(void *addr, size_t old_size, size_t new_size, void *target);
-/* Reserves `size` bytes of address space (PROT_NONE, no commit charge, not counted as mapped) at
- * the same offset modulo 2 MiB as `like`: a place for the hardened build's shadow of the chunk at
- * `like` (harden_park.c), which os_move_pages then moves there (see it); NULL if refused. */
-void *os_reserve_like(size_t size, uintptr_t like);
-/* Unmaps (part of) a shadow, or a reservation for one. */
+/* Maps `size` bytes of readable and writable memory, not counted as mapped, at the same offset
+ * modulo 2 MiB as `like`: the hardened build's shadow of the page-heap chunk at `like`
+ * (harden_park.c), which only ever holds pages moved there from it (see os_move_pages). NULL if
+ * refused. */
+void *os_map_shadow(size_t size, uintptr_t like);
+/* Unmaps (part of) a shadow. */
 bool os_unmap_shadow(void *addr, size_t size);
 /* Moves the pages of [from, from + size) onto `to` (a writable mapping the caller owns, which they
  * replace), leaving `from` mapped and empty (mremap's MREMAP_DONTUNMAP, Linux 5.7 and later): the

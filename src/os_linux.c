@@ -134,7 +134,7 @@ bool os_move(void *addr, size_t old_size, size_t new_size, void *target) {
  * tables only between ranges alike modulo this. */
 #define OS_TABLE_SPAN ((uintptr_t)2 << 20)
 
-void *os_reserve_like(size_t size, uintptr_t like) {
+void *os_map_shadow(size_t size, uintptr_t like) {
   int saved = errno;
   void *result = NULL;
   size_t reserve = size + OS_TABLE_SPAN;
@@ -142,9 +142,14 @@ void *os_reserve_like(size_t size, uintptr_t like) {
   if (r != MAP_FAILED) {
     char *p = (char *)(((uintptr_t)r & ~(OS_TABLE_SPAN - 1)) + (like & (OS_TABLE_SPAN - 1)));
     if (p < r) p += OS_TABLE_SPAN;
-    if (p > r) munmap(r, (size_t)(p - r));
-    if (p + size < r + reserve) munmap(p + size, (size_t)(r + reserve - (p + size)));
-    result = p;
+    /* Charged like the chunk, so that pieces moved in and out can merge with it (same flags). */
+    if (mmap(p, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
+      if (p > r) munmap(r, (size_t)(p - r));
+      if (p + size < r + reserve) munmap(p + size, (size_t)(r + reserve - (p + size)));
+      result = p;
+    } else {
+      munmap(r, reserve);
+    }
   }
   errno = saved;
   return result;

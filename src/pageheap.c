@@ -480,11 +480,11 @@ span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, bo
     span->state = free_state;
   }
   if (!pageheap_carve(span, npages)) goto fail;
-  if (qm_hardened) { /* it may hold pages of a freed large block: parked, or protected in place */
-    if (span->parked) harden_unpark(span->start, span->npages * PAGE_SIZE);
-    else (void)os_protect((void *)span->start, span->npages * PAGE_SIZE, true); /* a no-op, unless a flag was lost */
-    span->parked = 0;
-  }
+  /* In the hardened build it may hold pages of a freed large block, parked or protected in place:
+   * then it is marked so. (An mprotect of every span taken here, in case, cost mixed-stress a fifth
+   * of its time: its spans go back and forth between the central lists and the page heap.) */
+  if (qm_hardened && span->parked) harden_unpark(span->start, span->npages * PAGE_SIZE);
+  span->parked = 0;
   if (zeroed) *zeroed = free_state == SPAN_FREE_RELEASED;
   if (sizeclass != 0) {
     span->state = SPAN_SMALL;
@@ -527,6 +527,7 @@ static void pageheap_free_direct(span_t *span) {
   } else {
     pageheap.unmap_failures++;
     span->direct = 0;
+    span->parked = qm_hardened; /* its last page is the hardened build's guard: protected in place */
     span->state = SPAN_FREE_BACKED;
     span->freed_ms = os_now_ms();
     pageheap_insert_coalesced(span);
