@@ -67,7 +67,7 @@ bool os_unmap_shadow(void *addr, size_t size);
  * replace), leaving `from` mapped and empty (mremap's MREMAP_DONTUNMAP, Linux 5.7 and later): the
  * kernel moves whole page tables where both ranges are alike modulo 2 MiB, so a move costs little
  * more than a system call, where mprotect rewrites every page-table entry. False if impossible (an
- * older kernel, a range over two mappings, mlock'ed memory), and then both ranges are as they were. */
+ * older kernel, a range over two mappings), and then both ranges are as they were. */
 bool os_move_pages(void *from, size_t size, void *to);
 /* Registers the process for membarrier(2)'s expedited private barrier; false if the kernel (or a
  * seccomp filter, or valgrind) does not offer it. */
