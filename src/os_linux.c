@@ -39,36 +39,43 @@ size_t os_guard_size(void) {
   return kernel_page > PAGE_SIZE ? kernel_page : PAGE_SIZE;
 }
 
+/* Maps `size` bytes at the first address that is `offset` modulo `period` (a power of two; offset
+ * a multiple of the kernel page below it) past the start of a reservation plus `before`, with
+ * `before` and `after` bytes kept reserved PROT_NONE around it (guards), and gives back the rest
+ * of the reservation. NULL if refused; *stranded then holds the bytes left reserved if not even
+ * the reservation could be given back (the map-count limit), else 0. */
+static char *os_map_placed(size_t size, size_t period, uintptr_t offset, os_map_kind_t kind, size_t before, size_t after,
+                           size_t *stranded) {
+  size_t kernel_page = os_kernel_page();
+  size_t slack = period > kernel_page ? period - kernel_page : 0;
+  size_t reserve = before + size + after + slack;
+  *stranded = 0;
+  char *r = reserve < size ? MAP_FAILED : mmap(NULL, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (r == MAP_FAILED) return NULL;
+  uintptr_t placed = (((uintptr_t)r + before - offset + period - 1) & ~(uintptr_t)(period - 1)) + offset;
+  char *p = mmap((void *)placed, size, PROT_READ | PROT_WRITE, os_flags(kind) | MAP_FIXED, -1, 0);
+  uintptr_t keep_start = placed - before, end = (uintptr_t)r + reserve, keep_end = placed + size + after;
+  bool trimmed = (keep_start == (uintptr_t)r || munmap(r, keep_start - (uintptr_t)r) == 0) &&
+                 (end == keep_end || munmap((void *)keep_end, end - keep_end) == 0);
+  if (p != MAP_FAILED && trimmed) return p;
+  if (munmap(r, reserve) != 0) *stranded = reserve;
+  return NULL;
+}
+
 void *os_map(size_t size, size_t alignment, os_map_kind_t kind, os_guard_t guard) {
   int saved = errno;
   char *result = NULL;
-  size_t kernel_page = os_kernel_page();
   if (alignment < os_page_size()) alignment = os_page_size(); /* mappings start on a (assumed) page */
   size_t before = guard == OS_GUARD_AROUND ? os_guard_size() : 0, after = guard != OS_GUARD_NONE ? os_guard_size() : 0;
-  if (alignment <= kernel_page && guard == OS_GUARD_NONE) {
+  if (alignment <= os_kernel_page() && guard == OS_GUARD_NONE) {
     char *p = mmap(NULL, size, PROT_READ | PROT_WRITE, os_flags(kind), -1, 0);
     if (p != MAP_FAILED) result = p;
   } else {
-    /* Reserve enough to move the start up to `alignment` with the guards on both sides, map the
-     * aligned part over the reservation (the guards stay reserved PROT_NONE), and give back the
-     * slack at both ends. */
-    size_t slack = alignment > kernel_page ? alignment - kernel_page : 0;
-    size_t reserve = before + size + after + slack;
-    char *r = reserve < size ? MAP_FAILED : mmap(NULL, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (r != MAP_FAILED) {
-      uintptr_t aligned = ((uintptr_t)r + before + alignment - 1) & ~(uintptr_t)(alignment - 1);
-      char *p = mmap((void *)aligned, size, PROT_READ | PROT_WRITE, os_flags(kind) | MAP_FIXED, -1, 0);
-      uintptr_t keep_start = aligned - before, end = (uintptr_t)r + reserve, keep_end = aligned + size + after;
-      bool trimmed = (keep_start == (uintptr_t)r || munmap(r, keep_start - (uintptr_t)r) == 0) &&
-                     (end == keep_end || munmap((void *)keep_end, end - keep_end) == 0);
-      if (p != MAP_FAILED && trimmed) {
-        result = p;
-      } else if (munmap(r, reserve) != 0) {
-        /* Neither the mapping nor its slack could be given back (map-count limit): the range
-         * stays reserved, counted as mapped so that the statistics say where it went. */
-        stats_mapped_add((intptr_t)reserve);
-      }
-    }
+    /* Aligned, or with guards: placed in a reservation that has room for both. A reservation
+     * that could not be given back is counted as mapped, so that the statistics say where it went. */
+    size_t stranded;
+    result = os_map_placed(size, alignment, 0, kind, before, after, &stranded);
+    if (stranded) stats_mapped_add((intptr_t)stranded);
   }
   errno = saved;
   if (result != NULL) stats_mapped_add((intptr_t)size);
@@ -136,23 +143,11 @@ bool os_move(void *addr, size_t old_size, size_t new_size, void *target) {
 
 void *os_map_shadow(size_t size, uintptr_t like) {
   int saved = errno;
-  void *result = NULL;
-  size_t reserve = size + OS_TABLE_SPAN;
-  char *r = reserve < size ? MAP_FAILED : mmap(NULL, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (r != MAP_FAILED) {
-    char *p = (char *)(((uintptr_t)r & ~(OS_TABLE_SPAN - 1)) + (like & (OS_TABLE_SPAN - 1)));
-    if (p < r) p += OS_TABLE_SPAN;
-    /* Charged like the chunk, so that pieces moved in and out can merge with it (same flags). */
-    if (mmap(p, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
-      if (p > r) munmap(r, (size_t)(p - r));
-      if (p + size < r + reserve) munmap(p + size, (size_t)(r + reserve - (p + size)));
-      result = p;
-    } else {
-      munmap(r, reserve);
-    }
-  }
+  size_t stranded; /* (not counted: shadows are not) */
+  /* Charged like the chunk (OS_COMMIT), so that pieces moved in and out can merge with it. */
+  void *p = os_map_placed(size, OS_TABLE_SPAN, like & (OS_TABLE_SPAN - 1), OS_COMMIT, 0, 0, &stranded);
   errno = saved;
-  return result;
+  return p;
 }
 
 bool os_unmap_shadow(void *addr, size_t size) { return os_munmap(addr, size); }

@@ -49,6 +49,11 @@ static struct {
   uint64_t wakeups;
 } release_state = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+size_t release_all_free(void) {
+  central_drain_transfer();
+  return pageheap_release_all();
+}
+
 /* The thread ends when no thread holds a cache: no thread of the program allocates (its first call
  * would make one), so nothing will be asked for again soon; everything free goes back to the OS at
  * once (as malloc_trim does), and the thread returns. Sleeping on would keep the process alive: a
@@ -56,11 +61,6 @@ static struct {
  * start_thread then calls exit(0) in whichever thread that is; with the releaser asleep the
  * process never ended (python3's test_threading hung on such a child, forked from a thread; so
  * does any C program whose main calls pthread_exit). The next release_request starts a new one. */
-size_t release_all_free(void) {
-  central_drain_transfer();
-  return pageheap_release_all();
-}
-
 static void release_stop(void) {
   release_all_free();
   pthread_mutex_lock(&release_state.lock);
