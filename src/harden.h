@@ -4,10 +4,11 @@
  * canary, record), the hand-out's and the free's checks, and the per-thread quarantine.
  * A live small block of request size n in a slot of S bytes (the class of n + HARDEN_TAIL) holds:
  *   [0, n)        the program's bytes,
- *   [n, S - 8)    its first HARDEN_CANARY_LEN bytes (all of them if fewer, at least 1): the
+ *   [n, S - 8)    its first HARDEN_CANARY_LEN bytes (all of them if fewer; none if n = S - 8): the
  *                 canary, HARDEN_PATTERN, checked at free (overflows); the rest is not looked at,
  *   [S - 8, S)    the record: harden_record(obj, n), so that free knows n (and a damaged record
- *                 is seen).
+ *                 is seen: it names a size past the record, or one whose canary bytes are the
+ *                 program's, not the pattern; so with n = S - 8 the record is the canary).
  * A free small block (quarantined, in a list, or never handed out) holds HARDEN_PATTERN in bytes 16
  * to HARDEN_FILL_END (to its end if smaller) and in its last word, checked when it is handed out
  * again (writes after free); bytes 0..16 are the free tag and link (freelist.h), or in quarantine
@@ -33,15 +34,21 @@
 /* Word 1 of a quarantined block is its key with this bit flipped: not the free tag (so the block
  * is not free for the lists' checks), and still a value only qmalloc writes. */
 #define HARDEN_QUARANTINED ((uintptr_t)2)
-/* A live block's record: key(obj) ^ ~n with its top byte flipped back, so that the record's top
- * byte is the key's, whose bit 7 is set (the secret's bit 63): a 1-byte underflow of the next
- * block, which lands there, is always seen when it writes text or a zero (0x00-0x7f), and misses
- * with odds 1 in 128 otherwise. (With ~n that byte had bit 7 clear, and a written 'x' matched it
- * in 1 process in 128.) Never the free tag, the quarantine tag or 0, for any n below 2^56. */
+/* A live block's record: key(obj) ^ ~(n << 8) with its top byte flipped back. Its low byte then
+ * holds no bit of n, so that a write over it (an overflow past a request that reaches the record:
+ * HARDEN_TAIL, no canary bytes then) makes the record name a huge size, as does a write over its
+ * top byte (a 1-byte underflow of the next block), whatever the byte written. (With n in the low
+ * bits, a changed low byte named another small size, and only that size's canary, over the
+ * program's own bytes, could tell.) The top byte is the key's, whose bit 7 is set (the secret's
+ * bit 63): never the free tag, the quarantine tag or 0, for any n below 2^48. */
 #define HARDEN_RECORD_TOP ((uintptr_t)0xff << 56)
-QM_INLINE uint64_t harden_record(const void *obj, size_t n) { return freelist_key(obj) ^ ~(uintptr_t)n ^ HARDEN_RECORD_TOP; }
-/* The request size a record w of obj names (huge if w is not a record). */
-QM_INLINE size_t harden_record_size(const void *obj, uint64_t w) { return ~(w ^ freelist_key(obj) ^ HARDEN_RECORD_TOP); }
+QM_INLINE uint64_t harden_record(const void *obj, size_t n) { return freelist_key(obj) ^ ~((uint64_t)n << 8) ^ HARDEN_RECORD_TOP; }
+/* The request size a record w of obj names: huge if w is not a record, at most S - 8 if it is. A
+ * rotate, not a shift: a low byte that is not 0 comes out as the top byte. */
+QM_INLINE size_t harden_record_size(const void *obj, uint64_t w) {
+  uint64_t v = ~(w ^ freelist_key(obj) ^ HARDEN_RECORD_TOP);
+  return (v >> 8) | (v << 56);
+}
 /* A free block holds the pattern in bytes [16, HARDEN_FILL_END) (its first 64 bytes past the free
  * tag's two words) and in its last word. The writes after free that matter most hit the first
  * fields of a structure (and a freed pointer field there reads back as a non-canonical address);
@@ -152,10 +159,11 @@ QM_INLINE size_t harden_canary_at(size_t n, size_t slot) { return n < slot - 24 
 /* Whether the canary of a request of n bytes holds the pattern: [n, n + 16) or [n, the record). */
 QM_INLINE bool harden_canary_intact(const void *obj, size_t n, size_t slot) {
   const char *p = (const char *)obj;
-  if (slot <= 16) { /* [n, 8): word 0 above the program's n bytes (n < 8, little-endian) */
-    return ((*(const uint64_t *)(const void *)p ^ HARDEN_PATTERN_WORD) & (~(uint64_t)0 << (8 * n))) == 0;
+  if (slot <= 16) { /* [n, 8): word 0 above the program's n bytes (n <= 8, little-endian; in two
+                     * shifts, as n = 8 shifts by 64) */
+    return ((*(const uint64_t *)(const void *)p ^ HARDEN_PATTERN_WORD) & (~(uint64_t)0 << (4 * n) << (4 * n))) == 0;
   }
-  size_t at = harden_canary_at(n, slot), skip = n - at; /* 0 to 15 of the program's bytes */
+  size_t at = harden_canary_at(n, slot), skip = n - at; /* 0 to 16 of the program's bytes */
   harden_vec_t v = harden_load_vec(p + at);
 #if defined(__x86_64__)
   /* One bit per byte that differs from the pattern (SSE2's byte compare and mask), the program's
@@ -166,7 +174,7 @@ QM_INLINE bool harden_canary_intact(const void *obj, size_t n, size_t slot) {
 #else
   harden_vec_t x = v ^ HARDEN_PATTERN_VEC;
   uint64_t lo_mask = skip >= 8 ? 0 : ~(uint64_t)0 << (8 * skip);
-  uint64_t hi_mask = skip <= 8 ? ~(uint64_t)0 : ~(uint64_t)0 << (8 * (skip - 8));
+  uint64_t hi_mask = skip <= 8 ? ~(uint64_t)0 : skip >= 16 ? 0 : ~(uint64_t)0 << (8 * (skip - 8));
   return ((x[0] & lo_mask) | (x[1] & hi_mask)) == 0;
 #endif
 }
@@ -194,7 +202,7 @@ QM_INLINE void *harden_handout(void *obj, unsigned cls, size_t n) {
 QM_INLINE size_t harden_live_size(const void *obj, size_t slot, const char *call) {
   size_t record = slot - 8;
   size_t n = harden_record_size(obj, *(const uint64_t *)(const void *)((const char *)obj + record));
-  if (QM_UNLIKELY(n >= record || !harden_canary_intact(obj, n, slot))) harden_fail_overflow(call, obj);
+  if (QM_UNLIKELY(n > record || !harden_canary_intact(obj, n, slot))) harden_fail_overflow(call, obj);
   return n;
 }
 
@@ -208,7 +216,7 @@ QM_INLINE void harden_check_before(void *obj, size_t slot, uintptr_t span_start,
   void *before = (void *)(addr - slot);
   uintptr_t w = __atomic_load_n(harden_last_word(before, slot), __ATOMIC_RELAXED), key = freelist_key(before);
   if (QM_LIKELY(w == HARDEN_PATTERN_WORD && slot > 16)) return;
-  if (QM_LIKELY(harden_record_size(before, w) < slot - 8)) return;
+  if (QM_LIKELY(harden_record_size(before, w) <= slot - 8)) return;
   if (slot == 16 && (w == key || w == (key ^ HARDEN_QUARANTINED) || w == 0)) return;
   harden_fail_underflow(call, obj);
 }

@@ -16,6 +16,7 @@
  * (the address the kernel reports) and lets the signal kill the program. */
 #include <malloc.h>
 #include <stdalign.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,10 @@ static size_t size_of(const char *mode) {
   size_t n = strlen(mode);
   if (n > 6 && !strcmp(mode + n - 6, "_large")) return 1u << 20;
   if (n > 7 && !strcmp(mode + n - 7, "_medium")) return 200000;
+  /* Requests that reach their slot's record in the hardened build (slots of 48 and 20480 bytes,
+   * its last 8 bytes the record): no canary bytes between them. */
+  if (n > 9 && !strcmp(mode + n - 9, "_smallfit")) return 40;
+  if (n > 10 && !strcmp(mode + n - 10, "_mediumfit")) return 20472;
   return 32;
 }
 
@@ -249,7 +254,13 @@ int main(int argc, char **argv) {
     size_t size = size_of(mode), k = mode[8] == '1' ? 1 : 8;
     char *p = malloc(size);
     announce(size >= (1u << 20) ? p + size : p); /* large: the guard page faults at p + size */
-    memset((char *)launder(p) + size, 'x', k);
+    volatile char *past = (char *)launder(p) + size;
+    /* 'x' over the canary; a request that reaches the record gets its bytes changed (what is
+     * there depends on the process's secret, and a write of the byte already there changes
+     * nothing) */
+    bool fit = strstr(mode, "fit") != NULL;
+    if (fit) memset(launder(p), 0xa5, size); /* the program's bytes look like a canary: the record must tell */
+    for (size_t i = 0; i < k; i++) past[i] = fit ? (char)~past[i] : 'x';
     free(p);
   } else if (starts(mode, "underflow1_") || starts(mode, "underflow8_")) { /* before the block */
     size_t size = underflow_size(mode), k = mode[9] == '1' ? 1 : 8;
@@ -288,7 +299,8 @@ int main(int argc, char **argv) {
   } else {
     fprintf(stderr, "bad_free: unknown mode '%s' (expected valid, stack, static, mmap, interior, interior_large, "
                     "realloc_stack, realloc_interior, double, double_large, double_later, later_|remote_|slot_free_|"
-                    "slot_new_|overflow1_|overflow8_|underflow1_|underflow8_|uaf_write_|uaf_read_ + small|medium|large, "
+                    "slot_new_|overflow1_|overflow8_|underflow1_|underflow8_|uaf_write_|uaf_read_ + small|medium|large "
+                    "(overflow: also smallfit|mediumfit), "
                     "slot_uncarved, sized_wrong, sized_wrong_large, delete_array, corrupt_link, zero_read, zero_write)\n", mode);
     return 2;
   }

@@ -188,6 +188,9 @@ for k in 1 8; do
     expect_line underflow${k}_$sz "$UN" "$k-byte underflow before a block ($sz)"
   done
   expect_fault overflow${k}_large "$k-byte overflow past a 1 MiB block: its guard page"
+  for sz in smallfit mediumfit; do
+    expect_line overflow${k}_$sz "$OV" "$k-byte overflow past a request that reaches its record ($sz: no canary bytes)"
+  done
 done
 for sz in small medium; do
   expect_line uaf_write_$sz "$WAF" "write after free, then mallocs of its size ($sz)"
