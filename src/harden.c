@@ -32,6 +32,8 @@ QM_NOINLINE QM_COLD void harden_fail_write_after_free(const char *call, const vo
   log_fatal("%s: write after free %p", call, obj);
 }
 
+QM_NOINLINE QM_COLD void *harden_fail_handout(void *obj) { harden_fail_write_after_free("malloc()", obj); }
+
 /* ---- realloc and malloc_usable_size of small blocks ------------------------------------------- */
 
 static bool harden_quarantined(const void *obj) {

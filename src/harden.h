@@ -98,6 +98,10 @@ extern __thread harden_thread_t harden_self __attribute__((tls_model("initial-ex
 __attribute__((noreturn)) QM_COLD void harden_fail_overflow(const char *call, const void *obj);
 __attribute__((noreturn)) QM_COLD void harden_fail_underflow(const char *call, const void *obj);
 __attribute__((noreturn)) QM_COLD void harden_fail_write_after_free(const char *call, const void *obj);
+/* malloc's "write after free", declared as returning the block so that the hand-out reaches it
+ * with a jump: with a second call that does not return (the pop's corrupted list), GCC set up a
+ * stack frame on malloc's common path (2 instructions a pair, make fastpath). It never returns. */
+QM_COLD void *harden_fail_handout(void *obj);
 
 /* 16 bytes of the pattern: the fill and its check go 16 bytes at a time (SSE2 on x86-64, NEON on
  * aarch64: the baseline of both), with no call (memset and memcmp are library calls under
@@ -192,7 +196,7 @@ QM_INLINE void harden_write_tail(void *obj, size_t slot, size_t n) {
  * (else "malloc(): write after free"), then canary and record. */
 QM_INLINE void *harden_handout(void *obj, unsigned cls, size_t n) {
   size_t slot = sizeclass_size[cls];
-  if (QM_UNLIKELY(!harden_holds_fill(obj, slot))) harden_fail_write_after_free("malloc()", obj);
+  if (QM_UNLIKELY(!harden_holds_fill(obj, slot))) return harden_fail_handout(obj);
   harden_write_tail(obj, slot, n);
   return obj;
 }
