@@ -135,6 +135,23 @@ QM_INLINE void free_push(void *ptr, unsigned cls) {
   free_push_to(ptr, tcache_list_from((size_t)cls * sizeof(tcache_list_t), tcache_tls_offset()));
 }
 
+/* The hardened build's push of a block leaving its quarantine (harden.h): the block carries its
+ * free tag already, since its free (harden_retire, which made the double free's test), so the push
+ * writes its link alone. The slow path tests the tag as any free's: it is taken off first. */
+QM_INLINE void free_push_leaving(void *ptr, unsigned cls) {
+  tcache_fast_list_t *list = tcache_list_from((size_t)cls * sizeof(tcache_list_t), tcache_tls_offset());
+  uint16_t count = list_load_count(list);
+  void *head = list->head;
+  if (QM_LIKELY(count < list->max_count)) {
+    freelist_set_next(ptr, head);
+    list_store_head_release(list, ptr); /* the link first: a taker may follow it */
+    list_end_push(list);
+    return;
+  }
+  freelist_forget_tag(ptr);
+  free_push_slow(ptr, list);
+}
+
 /* The thread's cache as the fast paths see it (through %fs where the lists are, tcache_window.h). */
 #if QM_FAST_LIST_IN_FS
 typedef tcache_t __seg_fs tcache_fast_t;
@@ -579,12 +596,12 @@ static QM_NOINLINE void quarantine_add_hardened(void *ptr, unsigned cls) {
   unsigned leaving_cls;
   void *leaving = harden_quarantine_swap_large(ptr, cls, sizeclass_size[cls], &leaving_cls);
   if (leaving != NULL) {
-    free_push(leaving, leaving_cls);
+    free_push_leaving(leaving, leaving_cls);
     return;
   }
   leaving = harden_quarantine_add(ptr, cls, &leaving_cls);
-  if (leaving != NULL) free_push(leaving, leaving_cls);
-  while ((leaving = harden_quarantine_over(&leaving_cls)) != NULL) free_push(leaving, leaving_cls);
+  if (leaving != NULL) free_push_leaving(leaving, leaving_cls);
+  while ((leaving = harden_quarantine_over(&leaving_cls)) != NULL) free_push_leaving(leaving, leaving_cls);
 }
 
 /* A small block's free after its class and span are known: checked and filled, into the
@@ -597,7 +614,7 @@ QM_INLINE void free_small_hardened(void *ptr, unsigned cls, uintptr_t span_start
   }
   unsigned leaving_cls;
   void *leaving = harden_quarantine_swap(ptr, cls, &leaving_cls);
-  free_push(leaving, leaving_cls);
+  free_push_leaving(leaving, leaving_cls);
 }
 
 /* NULL, zero-size, large, invalid and double-freed pointers. */
@@ -630,7 +647,7 @@ QM_INLINE void free_hardened(void *ptr, size_t size, bool sized, const char *cal
 
 static QM_NOINLINE void quarantine_flush_hardened(void) {
   unsigned cls;
-  for (void *leaving; (leaving = harden_quarantine_evict(&cls)) != NULL;) free_push(leaving, cls);
+  for (void *leaving; (leaving = harden_quarantine_evict(&cls)) != NULL;) free_push_leaving(leaving, cls);
 }
 
 /* Within its class a small block is resized in place; anything else moves (the old block then

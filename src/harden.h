@@ -11,8 +11,9 @@
  *                 program's, not the pattern; so with n = S - 8 the record is the canary).
  * A free small block (quarantined, in a list, or never handed out) holds HARDEN_PATTERN in bytes 16
  * to HARDEN_FILL_END (to its end if smaller) and in its last word, checked when it is handed out
- * again (writes after free); bytes 0..16 are the free tag and link (freelist.h), or in quarantine
- * the quarantine tag (word 1 = key ^ HARDEN_QUARANTINED, word 0 = ~key), checked when it leaves.
+ * again (writes after free); bytes 0..16 are the free tag (word 1 = key, freelist.h) and the link,
+ * or in quarantine the free tag and ~key, checked when it leaves (word 0; the tag by the pop that
+ * hands it out, as any free block's).
  * Does not: decide anything in the default build (its callers test qm_hardened, a constant), reach
  * the thread cache's lists (api.c pops and pushes), or handle large, zero-size or foreign pointers
  * (api.c's slow halves, harden.c). Callers: api.c (malloc_hardened, free_hardened and the slow
@@ -31,16 +32,13 @@
  * freed pointer field read back and followed faults. */
 #define HARDEN_PATTERN 0xa5
 #define HARDEN_PATTERN_WORD ((uint64_t)0xa5a5a5a5a5a5a5a5ull)
-/* Word 1 of a quarantined block is its key with this bit flipped: not the free tag (so the block
- * is not free for the lists' checks), and still a value only qmalloc writes. */
-#define HARDEN_QUARANTINED ((uintptr_t)2)
 /* A live block's record: key(obj) ^ ~(n << 8) with its top byte flipped back. Its low byte then
  * holds no bit of n, so that a write over it (an overflow past a request that reaches the record:
  * HARDEN_TAIL, no canary bytes then) makes the record name a huge size, as does a write over its
  * top byte (a 1-byte underflow of the next block), whatever the byte written. (With n in the low
  * bits, a changed low byte named another small size, and only that size's canary, over the
  * program's own bytes, could tell.) The top byte is the key's, whose bit 7 is set (the secret's
- * bit 63): never the free tag, the quarantine tag or 0, for any n below 2^48. */
+ * bit 63): never the free tag or 0, for any n below 2^48. */
 #define HARDEN_RECORD_TOP ((uintptr_t)0xff << 56)
 QM_INLINE uint64_t harden_record(const void *obj, size_t n) { return freelist_key(obj) ^ ~((uint64_t)n << 8) ^ HARDEN_RECORD_TOP; }
 /* The request size a record w of obj names: huge if w is not a record, at most S - 8 if it is. A
@@ -212,7 +210,7 @@ QM_INLINE size_t harden_live_size(const void *obj, size_t slot, const char *call
 
 /* The last word of the slot before obj (span_start: the first slot of obj's span): a valid record
  * (that block is live), the pattern (free, of 32 bytes or more), or for 16-byte slots the free or
- * quarantine tag or 0 (the moment between a pop and the record's store). Anything else: an
+ * 0 (the moment between a pop and the record's store). Anything else: an
  * underflow of obj (or an overflow of the block before that reached its record). */
 QM_INLINE void harden_check_before(void *obj, size_t slot, uintptr_t span_start, const char *call) {
   uintptr_t addr = (uintptr_t)obj;
@@ -221,25 +219,27 @@ QM_INLINE void harden_check_before(void *obj, size_t slot, uintptr_t span_start,
   uintptr_t w = __atomic_load_n(harden_last_word(before, slot), __ATOMIC_RELAXED), key = freelist_key(before);
   if (QM_LIKELY(w == HARDEN_PATTERN_WORD && slot > 16)) return;
   if (QM_LIKELY(harden_record_size(before, w) <= slot - 8)) return;
-  if (slot == 16 && (w == key || w == (key ^ HARDEN_QUARANTINED) || w == 0)) return;
+  if (slot == 16 && (w == key || w == 0)) return;
   harden_fail_underflow(call, obj);
 }
 
 /* The free of small block obj of class cls (span_start: its span's first slot): not free already
- * (in a list: the free tag; in a quarantine: the quarantine tag), its record and canary intact,
- * the slot before it sane, the size of a sized free its request size. Then it is marked
- * quarantined and filled. Plain loads and stores: two threads freeing one block at the same
- * instant may both pass, and the second of them to let it leave its quarantine finds the tag
- * changed ("free(): write after free") or its free tag (a double free) when it pushes it. */
+ * (the free tag: in a list or in a quarantine), its record and canary intact, the slot before it
+ * sane, the size of a sized free its request size. Then it takes its free tag, word 0 ~key, and the
+ * fill: so that the block leaves the quarantine for a list with only its link to write and word 0
+ * to check (harden_check_leaving; with a quarantine tag of its own, the leaving block's check of
+ * both words, the push's test of the tag and its store cost 11 instructions a pair more, make
+ * fastpath). Plain loads and stores: two threads freeing one
+ * block at the same instant may both pass, and the second of them to let it leave its quarantine
+ * finds word 0 changed ("free(): write after free"). */
 QM_INLINE void harden_retire(void *obj, unsigned cls, uintptr_t span_start, bool sized, size_t size, const char *call) {
   uintptr_t *words = (uintptr_t *)obj, key = freelist_key(obj);
-  /* the free tag or the quarantine tag (they differ in HARDEN_QUARANTINED's bit only): one test */
-  if (QM_UNLIKELY(((words[1] ^ key) & ~HARDEN_QUARANTINED) == 0)) check_fail_double_free(call, obj);
+  if (QM_UNLIKELY(words[1] == key)) check_fail_double_free(call, obj);
   size_t slot = sizeclass_size[cls];
   size_t n = harden_live_size(obj, slot, call);
   harden_check_before(obj, slot, span_start, call);
   if (QM_UNLIKELY(sized && size != n)) check_fail_size(call, size, obj);
-  words[1] = key ^ HARDEN_QUARANTINED;
+  words[1] = key;
   words[0] = ~key;
   harden_fill(obj, slot);
 }
@@ -262,12 +262,11 @@ void harden_seed(harden_thread_t *t);
 /* A random number below n (n > 0): a multiply and a shift, not a division. */
 QM_INLINE uint32_t harden_below(harden_thread_t *t, uint32_t n) { return (uint32_t)(((harden_random(t) >> 32) * n) >> 32); }
 
-/* A block leaving the quarantine: its tag words must be as its free left them (else
- * "free(): write after free"). One compare of both words. */
+/* A block leaving the quarantine: its word 0 must be as its free left it (else "free(): write after
+ * free"); its free tag, word 1, is checked by the pop that hands it out ("malloc(): corrupted free
+ * list"), or by its span's list's checks if it goes back there first. */
 QM_INLINE void harden_check_leaving(void *obj) {
-  uintptr_t key = freelist_key(obj);
-  if (QM_UNLIKELY((((uintptr_t *)obj)[0] ^ ~key) | (((uintptr_t *)obj)[1] ^ key ^ HARDEN_QUARANTINED)))
-    harden_fail_write_after_free("free()", obj);
+  if (QM_UNLIKELY(((uintptr_t *)obj)[0] != ~freelist_key(obj))) harden_fail_write_after_free("free()", obj);
 }
 
 /* The quarantine's slow half (harden.c): while the small ring fills, for blocks over
