@@ -139,7 +139,7 @@ __attribute__((destructor)) static void harden_check_at_exit(void) {
       void *obj = rings[k]->blocks[i];
       unsigned cls = rings[k]->classes[i];
       uintptr_t key = freelist_key(obj);
-      if (((uintptr_t *)obj)[0] != ~key || !harden_freed(obj) || !harden_holds_fill(obj, sizeclass_size[cls]))
+      if (((uintptr_t *)obj)[0] != key || !harden_freed(obj) || !harden_holds_fill(obj, sizeclass_size[cls]))
         harden_fail_write_after_free("exit()", obj);
     }
   }

@@ -12,7 +12,7 @@
  * A free small block (quarantined, in a list, or never handed out) holds HARDEN_PATTERN in bytes 16
  * to HARDEN_FILL_END (to its end if smaller) and in its last word, checked when it is handed out
  * again (writes after free); bytes 0..16 are the free tag (word 1 = key, freelist.h) and the link,
- * or in quarantine the free tag and ~key, checked when it leaves (word 0; the tag by the pop that
+ * or in quarantine the free tag in both words, checked when it leaves (word 0; the tag by the pop that
  * hands it out, as any free block's).
  * Does not: decide anything in the default build (its callers test qm_hardened, a constant), reach
  * the thread cache's lists (api.c pops and pushes), or handle large, zero-size or foreign pointers
@@ -43,10 +43,11 @@
 QM_INLINE uint64_t harden_record(const void *obj, size_t n) { return freelist_key(obj) ^ ~((uint64_t)n << 8) ^ HARDEN_RECORD_TOP; }
 /* The request size a record w of obj names: huge if w is not a record, at most S - 8 if it is. A
  * rotate, not a shift: a low byte that is not 0 comes out as the top byte. */
-QM_INLINE size_t harden_record_size(const void *obj, uint64_t w) {
-  uint64_t v = ~(w ^ freelist_key(obj) ^ HARDEN_RECORD_TOP);
+QM_INLINE size_t harden_record_size_keyed(uintptr_t key, uint64_t w) {
+  uint64_t v = ~(w ^ key ^ HARDEN_RECORD_TOP);
   return (v >> 8) | (v << 56);
 }
+QM_INLINE size_t harden_record_size(const void *obj, uint64_t w) { return harden_record_size_keyed(freelist_key(obj), w); }
 /* A free block holds the pattern in bytes [16, HARDEN_FILL_END) (its first 64 bytes past the free
  * tag's two words) and in its last word. The writes after free that matter most hit the first
  * fields of a structure (and a freed pointer field there reads back as a non-canonical address);
@@ -209,29 +210,32 @@ QM_INLINE size_t harden_live_size(const void *obj, size_t slot, const char *call
 }
 
 /* The last word of the slot before obj (span_start: the first slot of obj's span): a valid record
- * (that block is live), the pattern (free, of 32 bytes or more), or for 16-byte slots the free or
- * 0 (the moment between a pop and the record's store). Anything else: an
- * underflow of obj (or an overflow of the block before that reached its record). */
+ * (that block is live), the pattern (free, of 32 bytes or more), or for 16-byte slots the free tag
+ * or 0 (the moment between a pop and the record's store). Anything else: an underflow of obj (or
+ * an overflow of the block before that reached its record). */
 QM_INLINE void harden_check_before(void *obj, size_t slot, uintptr_t span_start, const char *call) {
   uintptr_t addr = (uintptr_t)obj;
   if (addr == span_start) return;
-  void *before = (void *)(addr - slot);
-  uintptr_t w = __atomic_load_n(harden_last_word(before, slot), __ATOMIC_RELAXED), key = freelist_key(before);
+  uintptr_t w = __atomic_load_n((const uintptr_t *)(addr - 8), __ATOMIC_RELAXED); /* the slot before's last word */
   if (QM_LIKELY(w == HARDEN_PATTERN_WORD && slot > 16)) return;
-  if (QM_LIKELY(harden_record_size(before, w) <= slot - 8)) return;
+  /* The key of the slot before, only now: GCC computed it ahead of the test above, which takes a
+   * register and the secret's load on every free (a volatile load is not moved ahead of a test). */
+  void *before = (void *)(addr - slot);
+  uintptr_t key = (uintptr_t)before ^ *(volatile const uintptr_t *)&freelist_secret;
+  if (QM_LIKELY(harden_record_size_keyed(key, w) <= slot - 8)) return;
   if (slot == 16 && (w == key || w == 0)) return;
   harden_fail_underflow(call, obj);
 }
 
 /* The free of small block obj of class cls (span_start: its span's first slot): not free already
  * (the free tag: in a list or in a quarantine), its record and canary intact, the slot before it
- * sane, the size of a sized free its request size. Then it takes its free tag, word 0 ~key, and the
- * fill: so that the block leaves the quarantine for a list with only its link to write and word 0
- * to check (harden_check_leaving; with a quarantine tag of its own, the leaving block's check of
- * both words, the push's test of the tag and its store cost 11 instructions a pair more, make
- * fastpath). Plain loads and stores: two threads freeing one
- * block at the same instant may both pass, and the second of them to let it leave its quarantine
- * finds word 0 changed ("free(): write after free"). */
+ * sane, the size of a sized free its request size. Then it takes its free tag, in word 0 too, and
+ * the fill: so that the block leaves the quarantine for a list with only its link to write and word
+ * 0 to check (harden_check_leaving; with a quarantine tag of its own, ~key in word 0, the leaving
+ * block's check of both words, the push's test of the tag and its store cost 14 instructions a
+ * pair more, make fastpath). Plain loads and stores: two threads freeing one block at the same
+ * instant may both pass, and the second of them to let it leave its quarantine finds word 0
+ * changed ("free(): write after free"). */
 QM_INLINE void harden_retire(void *obj, unsigned cls, uintptr_t span_start, bool sized, size_t size, const char *call) {
   uintptr_t *words = (uintptr_t *)obj, key = freelist_key(obj);
   if (QM_UNLIKELY(words[1] == key)) check_fail_double_free(call, obj);
@@ -240,7 +244,7 @@ QM_INLINE void harden_retire(void *obj, unsigned cls, uintptr_t span_start, bool
   harden_check_before(obj, slot, span_start, call);
   if (QM_UNLIKELY(sized && size != n)) check_fail_size(call, size, obj);
   words[1] = key;
-  words[0] = ~key;
+  words[0] = key; /* as a list's last block's link would read (NULL): never followed, checked as it leaves */
   harden_fill(obj, slot);
 }
 
@@ -266,7 +270,7 @@ QM_INLINE uint32_t harden_below(harden_thread_t *t, uint32_t n) { return (uint32
  * free"); its free tag, word 1, is checked by the pop that hands it out ("malloc(): corrupted free
  * list"), or by its span's list's checks if it goes back there first. */
 QM_INLINE void harden_check_leaving(void *obj) {
-  if (QM_UNLIKELY(((uintptr_t *)obj)[0] != ~freelist_key(obj))) harden_fail_write_after_free("free()", obj);
+  if (QM_UNLIKELY(((uintptr_t *)obj)[0] != freelist_key(obj))) harden_fail_write_after_free("free()", obj);
 }
 
 /* The quarantine's slow half (harden.c): while the small ring fills, for blocks over
