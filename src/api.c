@@ -608,7 +608,7 @@ static QM_NOINLINE void quarantine_add_hardened(void *ptr, unsigned cls) {
  * quarantine, and the block that leaves it (if any) onto this thread's list. */
 QM_INLINE void free_small_hardened(void *ptr, unsigned cls, uintptr_t span_start, size_t size, bool sized, const char *call) {
   harden_retire(ptr, cls, span_start, sized, size, call);
-  if (QM_UNLIKELY(!harden_quarantine_fast(sizeclass_size[cls]))) {
+  if (QM_UNLIKELY(!harden_quarantine_fast(cls))) {
     quarantine_add_hardened(ptr, cls);
     return;
   }
