@@ -226,9 +226,9 @@ __attribute__((noreturn)) QM_COLD void check_fail(const char *what, const void *
 /* Bytes a small block needs past its request: the 8-byte record (harden.h). A request of n bytes
  * takes the class of n + HARDEN_TAIL; the canary is what is left before the record, up to 16
  * bytes, and none when the request reaches the record, whose keyed value is then the canary: an
- * overflow that changes it makes it name another size, too large or with program bytes where that
- * size's canary should be. (9, one canary byte always, put a request of 40 bytes, five pointers,
- * in a 64-byte slot instead of 48: mtbench heap-leak's page faults 1.20 times the default build's.) */
+ * overflow that changes its first byte makes it name a huge size. (9, one canary byte always, put
+ * a request of 40 bytes, five pointers, in a 64-byte slot instead of 48: mtbench heap-leak's page
+ * faults 1.20 times the default build's.) */
 #define HARDEN_TAIL 8
 /* The hand-out's and the free's checks, and the quarantine: harden.h (inline, api.c). */
 /* The request size of live small block obj, read from its record, with the canary checked (else
