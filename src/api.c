@@ -117,39 +117,33 @@ QM_INLINE void *malloc_fast(size_t size) {
 /* Pushes an object of class cls on this thread's list. Stays here when: the list is below its
  * maximum (0 for a thread not set up or exiting, and for the 8-byte class; a stopped list is above
  * any) and the object does not carry its free tag already (a double free, however delayed, and from
- * whichever thread the first free came; or a slot never handed out). Gives up before writing. */
-QM_INLINE void free_push_to(void *ptr, tcache_fast_list_t *list) {
+ * whichever thread the first free came; or a slot never handed out). Gives up before writing.
+ * `tagged` (a constant at every call) says the object carries its tag already and rightly: the
+ * hardened build's block leaving its quarantine (harden.h), whose free made the double free's test;
+ * then the push writes its link alone, and the slow path, which tests the tag as any free's, gets
+ * it with the tag taken off. */
+QM_INLINE void free_push_to(void *ptr, tcache_fast_list_t *list, bool tagged) {
   uint16_t count = list_load_count(list);
   void *head = list->head;
   uintptr_t key = freelist_key(ptr);
-  if (QM_LIKELY(count < list->max_count && !freelist_tagged(ptr, key))) {
-    freelist_mark(ptr, head, key);
+  if (QM_LIKELY(count < list->max_count && (tagged || !freelist_tagged(ptr, key)))) {
+    if (tagged) freelist_set_next(ptr, head);
+    else freelist_mark(ptr, head, key);
     list_store_head_release(list, ptr); /* the link first: a taker may follow it */
     list_end_push(list);
     return;
   }
+  if (tagged) freelist_forget_tag(ptr);
   free_push_slow(ptr, list);
 }
 
 QM_INLINE void free_push(void *ptr, unsigned cls) {
-  free_push_to(ptr, tcache_list_from((size_t)cls * sizeof(tcache_list_t), tcache_tls_offset()));
+  free_push_to(ptr, tcache_list_from((size_t)cls * sizeof(tcache_list_t), tcache_tls_offset()), false);
 }
 
-/* The hardened build's push of a block leaving its quarantine (harden.h): the block carries its
- * free tag already, since its free (harden_retire, which made the double free's test), so the push
- * writes its link alone. The slow path tests the tag as any free's: it is taken off first. */
+/* The hardened build's push of a block leaving its quarantine: it carries its free tag already. */
 QM_INLINE void free_push_leaving(void *ptr, unsigned cls) {
-  tcache_fast_list_t *list = tcache_list_from((size_t)cls * sizeof(tcache_list_t), tcache_tls_offset());
-  uint16_t count = list_load_count(list);
-  void *head = list->head;
-  if (QM_LIKELY(count < list->max_count)) {
-    freelist_set_next(ptr, head);
-    list_store_head_release(list, ptr); /* the link first: a taker may follow it */
-    list_end_push(list);
-    return;
-  }
-  freelist_forget_tag(ptr);
-  free_push_slow(ptr, list);
+  free_push_to(ptr, tcache_list_from((size_t)cls * sizeof(tcache_list_t), tcache_tls_offset()), true);
 }
 
 /* The thread's cache as the fast paths see it (through %fs where the lists are, tcache_window.h). */
@@ -225,7 +219,7 @@ QM_INLINE void free_fast(void *ptr, bool sized, unsigned expected, size_t size) 
   offset -= entry;
   uint64_t magic = tcache_magic_of_twice(twice_cls, tls_offset);
   if (QM_LIKELY(offset * magic < magic && (!sized || twice_cls == 2 * expected))) {
-    free_push_to(ptr, tcache_list_from(twice_cls * (sizeof(tcache_list_t) / 2), tls_offset));
+    free_push_to(ptr, tcache_list_from(twice_cls * (sizeof(tcache_list_t) / 2), tls_offset), false);
     return;
   }
   free_slow(ptr, sized, size);

@@ -36,13 +36,8 @@ QM_NOINLINE QM_COLD void *harden_fail_handout(void *obj) { harden_fail_write_aft
 
 /* ---- realloc and malloc_usable_size of small blocks ------------------------------------------- */
 
-/* Whether obj carries its free tag: in a quarantine or a list. */
-static bool harden_freed(const void *obj) {
-  return __atomic_load_n(&((const uintptr_t *)obj)[1], __ATOMIC_RELAXED) == freelist_key(obj);
-}
-
 size_t harden_request_size(void *obj, unsigned cls, const char *call) {
-  if (harden_freed(obj)) check_fail_invalid(call, obj); /* freed: in a quarantine or a list */
+  if (freelist_tagged(obj, freelist_key(obj))) check_fail_invalid(call, obj); /* freed: in a quarantine or a list */
   return harden_live_size(obj, sizeclass_size[cls], call);
 }
 
@@ -139,7 +134,7 @@ __attribute__((destructor)) static void harden_check_at_exit(void) {
       void *obj = rings[k]->blocks[i];
       unsigned cls = rings[k]->classes[i];
       uintptr_t key = freelist_key(obj);
-      if (((uintptr_t *)obj)[0] != key || !harden_freed(obj) || !harden_holds_fill(obj, sizeclass_size[cls]))
+      if (((uintptr_t *)obj)[0] != key || !freelist_tagged(obj, key) || !harden_holds_fill(obj, sizeclass_size[cls]))
         harden_fail_write_after_free("exit()", obj);
     }
   }
