@@ -171,6 +171,7 @@ QM_INLINE uintptr_t pagemap_small_entry(uintptr_t addr, uintptr_t tls_offset) {
   tcache_fast_t *tc = tcache_fast(tls_offset);
   if (QM_UNLIKELY(key != tc->leaf_key)) {
     /* Inline, not a call: a call would make GCC set up a stack frame on the fast path too. */
+    if (addr == 0) return 0; /* free(NULL): the root's first page, which nothing else reads, stays untouched */
     pagemap_leaf_t *leaf = pagemap_leaf_of(addr);
     if (leaf == NULL) return 0;
     tc->leaf_base = (uintptr_t)leaf->small - (key << PAGEMAP_LEAF_BITS) * sizeof(uintptr_t);

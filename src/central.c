@@ -13,8 +13,12 @@
  * released. Callers: tcache.c (refill, flush, garbage collection), api.c (trim). */
 #include "freelist.h"
 #include "internal.h"
+#include "os.h"
 
+/* Zero until a class is first used: no process writes a page of them at start (central_init). */
 central_t central_lists[SIZECLASS_COUNT];
+/* TRANSFER_BYTES_MAX of batches, within [TRANSFER_MIN, TRANSFER_SLOTS]: set at init. */
+QM_EARLY_DATA uint8_t central_transfer_max[SIZECLASS_COUNT];
 
 /* ---- transfer caches ------------------------------------------------------------------------
  * A remote free comes here as one batch of a consumer's flush, and leaves as one batch of an
@@ -30,11 +34,33 @@ central_t central_lists[SIZECLASS_COUNT];
  * program uses touches no page of them (a small program's RSS). */
 static void *central_transfer_slots[SIZECLASS_COUNT][TRANSFER_SLOTS] __attribute__((aligned(QM_CACHELINE)));
 
+/* The classes whose central list has been locked (central_lock): the only ones that can hold
+ * anything, and so the only ones central_drain_idle_transfer looks at, so that its periodic pass
+ * reads no central_t of a class the process never used (it read all 98, each page of them first as
+ * the zero page and then written: 8 page faults in every process). */
+QM_EARLY_DATA static uint64_t central_used[(SIZECLASS_COUNT + 63) / 64];
+
+static bool central_is_used(unsigned cls) {
+  return (__atomic_load_n(&central_used[cls / 64], __ATOMIC_RELAXED) & ((uint64_t)1 << (cls % 64))) != 0;
+}
+
+/* Takes the class lock. The first time for a class, its central_t is first touched with a write
+ * (os_read_to_write): pthread_mutex_lock reads the mutex before it writes it, which on a page of
+ * central_lists not yet touched cost two page faults. */
+static void central_lock(central_t *c, unsigned cls) {
+  if (!central_is_used(cls)) {
+    (void)os_read_to_write((uintptr_t *)&c->spans_in_use);
+    __atomic_fetch_or(&central_used[cls / 64], (uint64_t)1 << (cls % 64), __ATOMIC_RELAXED);
+  }
+  pthread_mutex_lock(&c->lock);
+}
+
 /* Puts a whole batch into a free slot of cls; false when the transfer cache is full. The slot is
  * reserved in transfer_count first, so the count never drops below the full slots (a taker
  * decrements only what a putter added) and never passes the capacity. */
 static bool transfer_put(central_t *c, unsigned cls, void *batch) {
-  uint32_t cap = __atomic_load_n(&c->transfer_capacity, __ATOMIC_RELAXED), max = c->transfer_max;
+  uint32_t cap = __atomic_load_n(&c->transfer_capacity, __ATOMIC_RELAXED), max = central_transfer_max[cls];
+  if (cap < TRANSFER_MIN) cap = TRANSFER_MIN; /* 0: not set yet */
   if (__atomic_load_n(&c->transfer_count, __ATOMIC_RELAXED) >= cap) return false;
   uint32_t count = __atomic_add_fetch(&c->transfer_count, 1, __ATOMIC_RELAXED);
   if (count <= cap) {
@@ -52,7 +78,7 @@ static bool transfer_put(central_t *c, unsigned cls, void *batch) {
 
 /* Takes a whole batch of cls out of a slot, or NULL when none is there. */
 static void *transfer_take(central_t *c, unsigned cls) {
-  uint32_t max = c->transfer_max, count = __atomic_load_n(&c->transfer_count, __ATOMIC_RELAXED);
+  uint32_t max = central_transfer_max[cls], count = __atomic_load_n(&c->transfer_count, __ATOMIC_RELAXED);
   if (count == 0) return NULL;
   void **slots = central_transfer_slots[cls];
   for (uint32_t k = 0, i = count <= max ? count - 1 : max - 1; k < max; k++, i = i > 0 ? i - 1 : max - 1) {
@@ -67,15 +93,26 @@ static void *transfer_take(central_t *c, unsigned cls) {
   return NULL;
 }
 
+/* Whether a mutex of all zero bytes is an unlocked one, as PTHREAD_MUTEX_INITIALIZER is in glibc
+ * and musl: then central_lists, in .bss, needs no initialization. */
+static bool central_zero_mutex_is_initialized(void) {
+  static const pthread_mutex_t initialized = PTHREAD_MUTEX_INITIALIZER;
+  const unsigned char *bytes = (const unsigned char *)&initialized;
+  for (size_t i = 0; i < sizeof initialized; i++)
+    if (bytes[i] != 0) return false;
+  return true;
+}
+
+/* Writes no central_t: a class's central list is first written by the class's first use, so a
+ * process touches the pages of the classes it uses (with the locks initialized here, all 98
+ * classes' 12 KiB were written at start: 3 page faults in every process, mtbench heap-leak). */
 void central_init(void) {
+  bool zero_ok = central_zero_mutex_is_initialized();
   for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
-    central_t *c = &central_lists[cls];
-    pthread_mutex_init(&c->lock, NULL);
-    c->batch = sizeclass_batch[cls];
-    size_t batch_bytes = (size_t)c->batch * sizeclass_size[cls];
+    if (!zero_ok) pthread_mutex_init(&central_lists[cls].lock, NULL);
+    size_t batch_bytes = (size_t)sizeclass_batch[cls] * sizeclass_size[cls];
     size_t slots = TRANSFER_BYTES_MAX / batch_bytes;
-    c->transfer_max = (uint32_t)(slots < TRANSFER_MIN ? TRANSFER_MIN : slots > TRANSFER_SLOTS ? TRANSFER_SLOTS : slots);
-    c->transfer_capacity = TRANSFER_MIN;
+    central_transfer_max[cls] = (uint8_t)(slots < TRANSFER_MIN ? TRANSFER_MIN : slots > TRANSFER_SLOTS ? TRANSFER_SLOTS : slots);
   }
 }
 
@@ -90,10 +127,10 @@ void central_init(void) {
  * is when the capacity was too small or the cache empty). Requires c->lock. */
 static void central_fit_capacity(central_t *c, unsigned cls) {
   int64_t out = (int64_t)c->spans_in_use * sizeclass_span_objects[cls] - (int64_t)c->free_in_spans -
-                (int64_t)__atomic_load_n(&c->transfer_count, __ATOMIC_RELAXED) * c->batch;
-  int64_t cap = out / (int64_t)c->batch;
+                (int64_t)__atomic_load_n(&c->transfer_count, __ATOMIC_RELAXED) * sizeclass_batch[cls];
+  int64_t cap = out / (int64_t)sizeclass_batch[cls];
   if (cap < TRANSFER_MIN) cap = TRANSFER_MIN;
-  if (cap > (int64_t)c->transfer_max) cap = c->transfer_max;
+  if (cap > (int64_t)central_transfer_max[cls]) cap = central_transfer_max[cls];
   __atomic_store_n(&c->transfer_capacity, (uint32_t)cap, __ATOMIC_RELAXED);
 }
 
@@ -184,14 +221,14 @@ unsigned central_remove(unsigned cls, void **head, unsigned want) {
   central_t *c = &central_lists[cls];
   void *first = NULL, *last = NULL;
   unsigned got = 0;
-  if (want == c->batch) {
+  if (want == sizeclass_batch[cls]) {
     void *batch = transfer_take(c, cls);
     if (batch != NULL) {
       *head = batch;
       return want;
     }
   }
-  pthread_mutex_lock(&c->lock);
+  central_lock(c, cls);
   while (got < want) {
     span_t *span = c->nonempty;
     if (span == NULL) {
@@ -267,8 +304,8 @@ static void central_free_spans(span_t *emptied) {
 void central_insert(unsigned cls, void *head, unsigned count) {
   central_t *c = &central_lists[cls];
   span_t *emptied = NULL;
-  if (count == c->batch && transfer_put(c, cls, head)) return;
-  pthread_mutex_lock(&c->lock);
+  if (count == sizeclass_batch[cls] && transfer_put(c, cls, head)) return;
+  central_lock(c, cls);
   central_insert_spans(c, cls, head, &emptied);
   central_fit_capacity(c, cls);
   pthread_mutex_unlock(&c->lock);
@@ -280,7 +317,7 @@ void central_drain_transfer(void) {
     central_t *c = &central_lists[cls];
     span_t *emptied = NULL;
     pthread_mutex_lock(&c->lock);
-    for (uint32_t i = 0; i < c->transfer_max; i++) {
+    for (uint32_t i = 0; i < central_transfer_max[cls]; i++) {
       void *batch = __atomic_exchange_n(&central_transfer_slots[cls][i], NULL, __ATOMIC_ACQUIRE);
       if (batch == NULL) continue;
       __atomic_sub_fetch(&c->transfer_count, 1, __ATOMIC_RELAXED);
@@ -297,6 +334,7 @@ void central_drain_transfer(void) {
  * that freed those objects went idle (4.7 MB in mtbench's idle-threads scenario). */
 void central_drain_idle_transfer(void) {
   for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
+    if (!central_is_used(cls)) continue;
     central_t *c = &central_lists[cls];
     span_t *emptied = NULL;
     if (__atomic_load_n(&c->transfer_count, __ATOMIC_RELAXED) == 0) {
@@ -327,7 +365,7 @@ void central_unlock_after_fork(bool child) {
        * the child's only thread counts the full slots again (the batch such a thread held is lost
        * to the child, as that thread's cache is). */
       uint32_t full = 0;
-      for (uint32_t i = 0; i < c->transfer_max; i++) full += central_transfer_slots[cls][i] != NULL;
+      for (uint32_t i = 0; i < central_transfer_max[cls]; i++) full += central_transfer_slots[cls][i] != NULL;
       c->transfer_count = full;
     }
     fork_unlock(&c->lock, FORK_SLOT_CENTRAL(cls), child);

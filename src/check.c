@@ -12,7 +12,7 @@
 #include "internal.h"
 #include "log.h"
 
-uintptr_t freelist_secret;
+QM_EARLY_DATA uintptr_t freelist_secret;
 
 void check_init(void) {
   int saved = errno;

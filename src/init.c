@@ -7,9 +7,9 @@
 #include "internal.h"
 #include "prof.h"
 
-bool init_done;
-static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
-static bool init_hooks_registered;
+QM_EARLY_DATA bool init_done;
+QM_EARLY_DATA static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+QM_EARLY_DATA static bool init_hooks_registered;
 
 void init_process(void) {
   if (__atomic_load_n(&init_done, __ATOMIC_ACQUIRE)) return;

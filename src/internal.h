@@ -21,11 +21,11 @@
 /* class << 4: the byte offset of the class's list in tcache_t.lists (16-byte lists, types.h) */
 #define SIZECLASS_LOOKUP_SHIFT 4
 extern uint16_t sizeclass_lookup[SIZECLASS_LOOKUP_SLOTS];
-extern uint32_t sizeclass_size[SIZECLASS_COUNT];
-extern uint8_t sizeclass_pages[SIZECLASS_COUNT];
-extern uint64_t sizeclass_magic[SIZECLASS_COUNT];
+extern const uint32_t sizeclass_size[SIZECLASS_COUNT];
+extern const uint8_t sizeclass_pages[SIZECLASS_COUNT];
+extern const uint64_t sizeclass_magic[SIZECLASS_COUNT];
 extern uint16_t sizeclass_batch[SIZECLASS_COUNT];
-extern uint16_t sizeclass_span_objects[SIZECLASS_COUNT]; /* slots in a span of the class (no division on slow paths) */
+extern const uint16_t sizeclass_span_objects[SIZECLASS_COUNT]; /* slots in a span of the class (no division on slow paths) */
 /* Requires n <= SMALL_MAX. */
 QM_INLINE size_t sizeclass_slot(size_t n) { return (n + 7) >> 3; }
 /* The table is filled a page of it at a time (SIZECLASS_LOOKUP_CHUNK slots): the first, requests
@@ -64,8 +64,9 @@ QM_INLINE pagemap_leaf_t *pagemap_leaf_of(uintptr_t addr) {
 span_t *pagemap_span(uintptr_t addr);
 /* Maps the leaves covering [start, start + npages pages); false if out of range or no memory. */
 bool pagemap_ensure(uintptr_t start, size_t npages);
-void pagemap_set_ends(span_t *span);   /* first and last page -> span (small entry 0) */
-void pagemap_set_page(uintptr_t addr, span_t *span); /* one page -> span (small entry 0) */
+/* spans[] only: the small entries of the pages they set are 0 already (pagemap.c) */
+void pagemap_set_ends(span_t *span);   /* first and last page -> span */
+void pagemap_set_page(uintptr_t addr, span_t *span); /* one page -> span */
 void pagemap_clear_ends(span_t *span);
 void pagemap_set_small(span_t *span);  /* every page -> span (small entry 0 until carved) */
 /* Pages [from, to) of a small span get their small entry (span start | class * 2): free()'s fast
@@ -106,6 +107,7 @@ void pageheap_stats(pageheap_stats_t *out);
 
 /* ---- central.c: each function takes central[cls].lock, and may take the page heap lock ---- */
 extern central_t central_lists[SIZECLASS_COUNT];
+extern uint8_t central_transfer_max[SIZECLASS_COUNT]; /* slots of each class's transfer cache */
 void central_init(void);
 /* Moves up to `want` objects of class cls into a NULL-terminated chain at *head; returns how many
  * (0 only when out of memory). */

@@ -8,6 +8,8 @@
  * options_init_state) and options_set; readers take no lock. */
 #include "options.h"
 
+#include "config.h"
+
 #include "log.h"
 
 #include <errno.h>
@@ -48,8 +50,10 @@ static char options_sources[OPTION_COUNT][OPTIONS_SOURCE_MAX];
 /* The text of PATH options (copied: a QMALLOC_OPTIONS entry is not NUL-terminated). */
 static char options_strings[OPTION_COUNT][OPTIONS_PATH_MAX];
 
+/* An unset one is "" without a read of options_strings (its value, the length, is 0): a page that
+ * a process which sets no path then never touches (a page fault in every process, read at start). */
 const char *option_string(option_id_t id) {
-  return options_strings[id];
+  return options_values[id] != 0 ? options_strings[id] : "";
 }
 
 static const char options_prefix[] = "QMALLOC_";
@@ -510,7 +514,7 @@ static void options_apply_proc_environ(void) {
 extern char **environ;
 
 enum { OPTIONS_INIT_NONE, OPTIONS_INIT_RUNNING, OPTIONS_INIT_DONE };
-static int options_init_state = OPTIONS_INIT_NONE;
+QM_EARLY_DATA static int options_init_state = OPTIONS_INIT_NONE;
 
 /* A set-user-ID or set-group-ID program, or one that gained capabilities at exec, runs with the
  * environment of a less privileged user, who must not steer it: QMALLOC_PROF_DUMP would have it

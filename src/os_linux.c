@@ -20,7 +20,7 @@
 
 /* The kernel's own page: what mmap really aligns to. */
 static size_t os_kernel_page(void) {
-  static size_t kernel;
+  QM_EARLY_DATA static size_t kernel;
   if (kernel == 0) kernel = (size_t)sysconf(_SC_PAGESIZE);
   return kernel;
 }

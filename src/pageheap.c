@@ -360,6 +360,9 @@ static bool pageheap_grow(size_t npages) {
   if (guard_pages) pageheap_set_guard((uintptr_t)p + bytes, &pageheap_guard);
   if (qm_hardened) harden_park_add_chunk((uintptr_t)p, bytes);
   pageheap.region_low = (uintptr_t)p;
+  /* The first page's entry before the merge reads the one below it, on the same page of the leaf,
+   * which is often new: written first, it faults once, where read first it faulted twice. */
+  pagemap_set_page(span->start, span);
   pageheap_insert_coalesced(span);
   return true;
 }

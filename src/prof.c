@@ -376,7 +376,7 @@ bool prof_should_sample(size_t size) {
 /* libqmalloc.so's executable pages, when it is a library of its own (not linked into the
  * program): leading frames there (calloc, realloc, operator new calling into malloc) are qmalloc's,
  * not the program's. Found once at start; [0, 0) when qmalloc is part of the program. */
-static uintptr_t prof_own_text_lo, prof_own_text_hi;
+QM_EARLY_DATA static uintptr_t prof_own_text_lo, prof_own_text_hi;
 
 static int prof_find_own_text(struct dl_phdr_info *info, size_t size, void *arg) {
   uintptr_t base = (uintptr_t)arg;

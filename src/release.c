@@ -47,7 +47,7 @@ static struct {
   bool started;   /* read without the lock by the first tests */
   bool requested; /* something to release appeared; started at the next release_poll */
   uint64_t wakeups;
-} release_state = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} release_state QM_EARLY_DATA = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 size_t release_all_free(void) {
   central_drain_transfer();

@@ -9,21 +9,23 @@
  * make fastpath). Filled a page at a time (internal.h): filled whole at init, all 64 KiB were
  * resident in every process; now a program keeps the pages of the sizes it asks for (one, for
  * most). 0 until filled: a malloc before init goes to the slow path, which initializes. */
-uint16_t sizeclass_lookup[SIZECLASS_LOOKUP_SLOTS];
+uint16_t sizeclass_lookup[SIZECLASS_LOOKUP_SLOTS] __attribute__((aligned(SIZECLASS_LOOKUP_CHUNK * sizeof(uint16_t)))); /* a chunk, a page */
 
+/* What follows from the table alone is computed by the compiler: read-only data, which no
+ * process writes at start (a .bss array written at init cost a page fault in every process). */
 #define SIZECLASS_SIZE_ROW(cls, size, pages) [cls] = size,
 #define SIZECLASS_PAGES_ROW(cls, size, pages) [cls] = pages,
-uint32_t sizeclass_size[SIZECLASS_COUNT] = {SIZECLASS_ROWS(SIZECLASS_SIZE_ROW)};
-uint8_t sizeclass_pages[SIZECLASS_COUNT] = {SIZECLASS_ROWS(SIZECLASS_PAGES_ROW)};
-uint64_t sizeclass_magic[SIZECLASS_COUNT];
-uint16_t sizeclass_batch[SIZECLASS_COUNT];
-uint16_t sizeclass_span_objects[SIZECLASS_COUNT];
-
 /* Divisibility test by multiplication (Lemire, Kaser & Kurz 2019): for 32-bit n and
  * M = floor((2^64 - 1) / d) + 1, n is a multiple of d iff n * M (mod 2^64) < M. One multiply
  * instead of a division on free()'s path. Class 0 keeps M = 0, which no offset passes: the
  * same test rejects pages that are not small-object pages. */
-static uint64_t sizeclass_divisibility_magic(uint32_t d) { return UINT64_MAX / d + 1; }
+#define SIZECLASS_MAGIC_ROW(cls, size, pages) [cls] = UINT64_MAX / (size) + 1,
+#define SIZECLASS_SPAN_OBJECTS_ROW(cls, size, pages) [cls] = (pages) * PAGE_SIZE / (size),
+const uint32_t sizeclass_size[SIZECLASS_COUNT] = {SIZECLASS_ROWS(SIZECLASS_SIZE_ROW)};
+const uint8_t sizeclass_pages[SIZECLASS_COUNT] = {SIZECLASS_ROWS(SIZECLASS_PAGES_ROW)};
+const uint64_t sizeclass_magic[SIZECLASS_COUNT] = {SIZECLASS_ROWS(SIZECLASS_MAGIC_ROW)};
+const uint16_t sizeclass_span_objects[SIZECLASS_COUNT] = {SIZECLASS_ROWS(SIZECLASS_SPAN_OBJECTS_ROW)};
+QM_EARLY_DATA uint16_t sizeclass_batch[SIZECLASS_COUNT]; /* the transfer batch: from an option */
 
 /* The page of the table from slot `first` (a multiple of SIZECLASS_LOOKUP_CHUNK): each slot gets
  * the smallest class from `cls` up that holds its size. Concurrent fills store the same values. */
@@ -42,8 +44,6 @@ void sizeclass_init(unsigned min_align, unsigned batch_max) {
     if (batch < 2) batch = 2;
     if (batch > batch_max) batch = batch_max;
     sizeclass_batch[cls] = (uint16_t)batch;
-    sizeclass_magic[cls] = sizeclass_divisibility_magic(size);
-    sizeclass_span_objects[cls] = (uint16_t)(sizeclass_pages[cls] * PAGE_SIZE / size);
   }
   /* Requests of 0..8 bytes (slots 0 and 1) use the 8-byte class only when asked. */
   sizeclass_fill_slots(0, min_align == 8 ? SIZECLASS_EIGHT : SIZECLASS_EIGHT + 1);

@@ -8,8 +8,8 @@
 
 #define SPAN_META_CHUNK ((size_t)256 << 10)
 
-static span_t *span_free_headers;   /* recycled headers, linked through next */
-static char *span_meta_bump, *span_meta_end;
+QM_EARLY_DATA static span_t *span_free_headers;   /* recycled headers, linked through next */
+QM_EARLY_DATA static char *span_meta_bump, *span_meta_end;
 
 span_t *span_new(uintptr_t start, size_t npages, span_state_t state) {
   span_t *span = span_free_headers;

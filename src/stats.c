@@ -11,8 +11,8 @@
 #include "prof.h"
 #include "qmalloc.h"
 
-static intptr_t stats_mapped_bytes;   /* atomic: os_linux.c */
-static intptr_t stats_metadata_bytes; /* atomic: span headers and page-map leaves */
+QM_EARLY_DATA static intptr_t stats_mapped_bytes;   /* atomic: os_linux.c */
+QM_EARLY_DATA static intptr_t stats_metadata_bytes; /* atomic: span headers and page-map leaves */
 
 void stats_mapped_add(intptr_t bytes) { __atomic_fetch_add(&stats_mapped_bytes, bytes, __ATOMIC_RELAXED); }
 void stats_metadata_add(intptr_t bytes) { __atomic_fetch_add(&stats_metadata_bytes, bytes, __ATOMIC_RELAXED); }
@@ -68,7 +68,7 @@ void stats_snapshot(stats_snapshot_t *s) {
     size_t size = sizeclass_size[cls], span_bytes = sizeclass_pages[cls] * PAGE_SIZE;
     size_t per_span = sizeclass_span_objects[cls];
     pthread_mutex_lock(&c->lock);
-    size_t spans = c->spans_in_use, in_spans = c->free_in_spans, in_transfer = (size_t)c->transfer_count * c->batch;
+    size_t spans = c->spans_in_use, in_spans = c->free_in_spans, in_transfer = (size_t)c->transfer_count * sizeclass_batch[cls];
     pthread_mutex_unlock(&c->lock);
     size_t out = spans * per_span - in_spans;           /* handed out by the central list */
     size_t in_use = out > in_transfer + cached[cls] ? out - in_transfer - cached[cls] : 0;

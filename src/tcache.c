@@ -34,7 +34,7 @@ static struct {
   bool can_stop_others;     /* membarrier(2) works: idle caches can be taken back */
   uint64_t next_scan_ms;    /* when the next idle scan is due (read without the lock) */
   uint64_t reclaims, reclaimed_bytes; /* idle caches taken back so far, and what they held */
-} tcache_registry = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} tcache_registry QM_EARLY_DATA = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void tcache_thread_exit(void *unused);
 static void tcache_unregister(tcache_t *tc);

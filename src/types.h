@@ -142,9 +142,10 @@ typedef struct tcache_s {
 typedef struct central_s {
   pthread_mutex_t lock;   /* protects the spans and their counts; not the transfer cache */
   span_t *nonempty;       /* spans of this class with an object to hand out (doubly linked) */
-  uint32_t batch;         /* objects per transfer batch */
-  uint32_t transfer_max;      /* slots of the transfer cache (central.c) */
-  uint32_t transfer_capacity; /* batches it may hold now, at most transfer_max (atomic; central.c) */
+  /* (The batch is sizeclass_batch[cls], the transfer cache's slots central_transfer_max[cls]: set
+   * at init, when writing them here touched every page of central_lists in every process.) */
+  uint32_t transfer_capacity; /* batches it may hold now, at most central_transfer_max[cls]; 0 (not
+                               * set yet) stands for TRANSFER_MIN (atomic; central.c) */
   uint32_t transfer_count;    /* full batches held now (atomic; exact whenever no exchange is under way) */
   uint32_t transfer_low;      /* least transfer_count since the last idle drain (atomic, approximate) */
   uint64_t spans_in_use;  /* small spans of this class (statistics) */

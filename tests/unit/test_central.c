@@ -22,21 +22,20 @@ static int exchange_failures;
 static void *exchanger(void *arg) {
   uintptr_t me = (uintptr_t)arg;
   unsigned cls = sizeclass_of(96);
-  central_t *c = &central_lists[cls];
   for (int round = 0; round < EXCHANGE_ROUNDS; round++) {
     void *held[HELD];
     for (int h = 0; h < HELD; h++) {
       held[h] = NULL;
-      if (central_remove(cls, &held[h], c->batch) != c->batch) __atomic_add_fetch(&exchange_failures, 1, __ATOMIC_RELAXED);
+      if (central_remove(cls, &held[h], sizeclass_batch[cls]) != sizeclass_batch[cls]) __atomic_add_fetch(&exchange_failures, 1, __ATOMIC_RELAXED);
       unsigned n = 0;
       for (void *p = held[h]; p != NULL; p = freelist_next(p), n++)
         if (!freelist_tagged(p, freelist_key(p))) __atomic_add_fetch(&exchange_failures, 1, __ATOMIC_RELAXED);
-      if (n != c->batch) __atomic_add_fetch(&exchange_failures, 1, __ATOMIC_RELAXED);
+      if (n != sizeclass_batch[cls]) __atomic_add_fetch(&exchange_failures, 1, __ATOMIC_RELAXED);
       ((uintptr_t *)held[h])[2] = me; /* past the link and the tag: the object's own bytes */
     }
     for (int h = HELD; h-- > 0;) {
       if (((uintptr_t *)held[h])[2] != me) __atomic_add_fetch(&exchange_failures, 1, __ATOMIC_RELAXED);
-      central_insert(cls, held[h], c->batch);
+      central_insert(cls, held[h], sizeclass_batch[cls]);
     }
   }
   return NULL;
@@ -149,16 +148,16 @@ int main(void) {
   central_drain_transfer();
 
   void *head = NULL;
-  unsigned got = central_remove(cls, &head, c->batch);
-  CHECK_EQ(got, c->batch);
+  unsigned got = central_remove(cls, &head, sizeclass_batch[cls]);
+  CHECK_EQ(got, sizeclass_batch[cls]);
   unsigned n = 0;
   for (void *p = head; p; p = freelist_next(p)) n++;
-  CHECK_EQ(n, c->batch);
+  CHECK_EQ(n, sizeclass_batch[cls]);
   uint32_t before = c->transfer_count;
-  central_insert(cls, head, c->batch);
+  central_insert(cls, head, sizeclass_batch[cls]);
   CHECK_EQ(c->transfer_count, before + 1);
   void *again = NULL;
-  CHECK_EQ(central_remove(cls, &again, c->batch), c->batch);
+  CHECK_EQ(central_remove(cls, &again, sizeclass_batch[cls]), sizeclass_batch[cls]);
   CHECK(again == head); /* the same chain, handed over whole */
   CHECK_EQ(c->transfer_count, before);
 
@@ -189,14 +188,14 @@ int main(void) {
   central_drain_transfer();
   central_drain_idle_transfer(); /* mark: 0 batches */
   void *batches[4];
-  for (int i = 0; i < 4; i++) CHECK_EQ(central_remove(cls, &batches[i], c->batch), c->batch);
-  for (int i = 0; i < 4; i++) central_insert(cls, batches[i], c->batch);
+  for (int i = 0; i < 4; i++) CHECK_EQ(central_remove(cls, &batches[i], sizeclass_batch[cls]), sizeclass_batch[cls]);
+  for (int i = 0; i < 4; i++) central_insert(cls, batches[i], sizeclass_batch[cls]);
   CHECK_EQ(c->transfer_count, 4);
   central_drain_idle_transfer(); /* the mark was 0: nothing goes; mark now 4 */
   CHECK_EQ(c->transfer_count, 4);
   void *taken = NULL;
-  CHECK_EQ(central_remove(cls, &taken, c->batch), c->batch); /* 3 left: mark 3 */
-  central_insert(cls, taken, c->batch);                     /* 4 again */
+  CHECK_EQ(central_remove(cls, &taken, sizeclass_batch[cls]), sizeclass_batch[cls]); /* 3 left: mark 3 */
+  central_insert(cls, taken, sizeclass_batch[cls]);                     /* 4 again */
   central_drain_idle_transfer(); /* the 3 that sat unused go back */
   CHECK_EQ(c->transfer_count, 1);
   central_drain_idle_transfer(); /* and the last one next time */
@@ -208,29 +207,29 @@ int main(void) {
   /* A full cache: the next batch goes back to its spans. With cap + 1 batches out, the capacity
    * is at its largest. */
   void *fill[TRANSFER_SLOTS + 1];
-  uint32_t cap = c->transfer_max;
-  for (uint32_t i = 0; i <= cap; i++) CHECK_EQ(central_remove(cls, &fill[i], c->batch), c->batch);
-  for (uint32_t i = 0; i <= cap; i++) central_insert(cls, fill[i], c->batch);
+  uint32_t cap = central_transfer_max[cls];
+  for (uint32_t i = 0; i <= cap; i++) CHECK_EQ(central_remove(cls, &fill[i], sizeclass_batch[cls]), sizeclass_batch[cls]);
+  for (uint32_t i = 0; i <= cap; i++) central_insert(cls, fill[i], sizeclass_batch[cls]);
   CHECK_EQ(c->transfer_count, cap);
   /* Out of the spans now: the cached batches only, the last one went back to its spans. */
-  CHECK_EQ(c->spans_in_use * per_span - c->free_in_spans, (uint64_t)cap * c->batch);
+  CHECK_EQ(c->spans_in_use * per_span - c->free_in_spans, (uint64_t)cap * sizeclass_batch[cls]);
   central_drain_transfer();
   CHECK_EQ(c->spans_in_use, spans_alone);
 
   /* The capacity follows the class's use: 8 batches out make room for 8; once the program holds
    * none (the next return through the spans sees that), a batch beyond TRANSFER_MIN goes back to
    * its spans instead of waiting in the cache. */
-  CHECK(c->transfer_max >= 8);
-  for (int i = 0; i < 8; i++) CHECK_EQ(central_remove(cls, &fill[i], c->batch), c->batch);
+  CHECK(central_transfer_max[cls] >= 8);
+  for (int i = 0; i < 8; i++) CHECK_EQ(central_remove(cls, &fill[i], sizeclass_batch[cls]), sizeclass_batch[cls]);
   CHECK(c->transfer_capacity >= 8);
-  for (int i = 0; i < 8; i++) central_insert(cls, fill[i], c->batch);
+  for (int i = 0; i < 8; i++) central_insert(cls, fill[i], sizeclass_batch[cls]);
   CHECK_EQ(c->transfer_count, 8);
   void *single = NULL;
   CHECK_EQ(central_remove(cls, &single, 1), 1); /* not a batch: through the spans, both ways */
   central_insert(cls, single, 1);
   CHECK_EQ(c->transfer_capacity, TRANSFER_MIN);
-  CHECK_EQ(central_remove(cls, &fill[0], c->batch), c->batch); /* from the cache: 7 left */
-  central_insert(cls, fill[0], c->batch);                     /* over capacity: to its spans */
+  CHECK_EQ(central_remove(cls, &fill[0], sizeclass_batch[cls]), sizeclass_batch[cls]); /* from the cache: 7 left */
+  central_insert(cls, fill[0], sizeclass_batch[cls]);                     /* over capacity: to its spans */
   CHECK_EQ(c->transfer_count, 7);
   central_drain_transfer();
   CHECK_EQ(c->spans_in_use, spans_alone);
@@ -238,8 +237,8 @@ int main(void) {
   /* Fork: a thread of the parent caught between a slot's exchange and the count's update leaves
    * the count one too high; the child counts its full slots again. */
   void *kept = NULL;
-  CHECK_EQ(central_remove(cls, &kept, c->batch), c->batch);
-  central_insert(cls, kept, c->batch);
+  CHECK_EQ(central_remove(cls, &kept, sizeclass_batch[cls]), sizeclass_batch[cls]);
+  central_insert(cls, kept, sizeclass_batch[cls]);
   CHECK_EQ(c->transfer_count, 1);
   __atomic_add_fetch(&c->transfer_count, 1, __ATOMIC_RELAXED); /* the take in flight */
   pid_t counted = fork();
@@ -277,7 +276,7 @@ int main(void) {
   for (uintptr_t t = 0; t < EXCHANGERS; t++) CHECK(pthread_create(&threads[t], NULL, exchanger, (void *)(t + 1)) == 0);
   for (int t = 0; t < EXCHANGERS; t++) pthread_join(threads[t], NULL);
   CHECK_EQ(exchange_failures, 0);
-  CHECK(c->transfer_count <= c->transfer_max);
+  CHECK(c->transfer_count <= central_transfer_max[cls]);
   central_drain_transfer();
   CHECK_EQ(c->transfer_count, 0);
   CHECK_EQ(c->spans_in_use, spans_alone);
