@@ -14,11 +14,10 @@
 #define QM_COLD __attribute__((cold))
 #define QM_EXPORT __attribute__((visibility("default")))
 /* For a small global that every process writes at start (init, options, the first span): it goes
- * with the library's .data, whose page the loader writes anyway (the .bss begins on it), rather than
- * on a .bss page of its own between the large arrays (page map root, option strings, class table),
- * each of which costs a page fault when first touched, two when that touch is a read. 14 such
- * pages made qmalloc's startup 34 page faults over glibc's (mtbench heap-leak; docs/memory.md).
- * Not for anything large: .data is one page. */
+ * with the library's .data, a page the process writes anyway, rather than on a .bss page between
+ * the large arrays (page map root, option strings, class table), which costs a page fault when
+ * first touched and two when that touch is a read (docs/design.md, "What a process pays at
+ * start"). Not for anything large: .data is one page. */
 #define QM_EARLY_DATA __attribute__((section(".data.qm_early")))
 /* What structs shared between threads (central_t) are aligned to, against false sharing. 64 bytes:
  * the line of x86-64 and of most aarch64 cores (Neoverse, Cortex-A). Some aarch64 parts have longer
