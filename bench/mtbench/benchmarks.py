@@ -11,6 +11,13 @@ from dataclasses import dataclass, field
 import os
 
 
+# The RESULT fields that measure how fast the allocator runs (a time, or operations per second):
+# what "times the default build's time" (issue 12's hardened build) is read from. Page faults,
+# RSS, and the false-sharing slowdown (a ratio of the allocator's own two runs) are not.
+SPEED_KEYS = frozenset({"worker_mean_s", "pairs_per_s", "ops_per_s", "ops_per_cpu_s", "objects_per_s",
+                        "threads_per_s", "elapsed_s", "alloc_s"})
+
+
 @dataclass(frozen=True)
 class Metric:
     key: str              # field of the RESULT line, or of the driver's rusage record ("rusage.minflt")
@@ -18,6 +25,11 @@ class Metric:
     better: str           # "higher" or "lower"
     fmt: str = "{:.3g}"
     ratios: bool = True   # False for signed figures (a trend), where "times the best" means nothing
+
+    @property
+    def speed(self):
+        """Whether this metric is a time or a rate of operations (SPEED_KEYS)."""
+        return self.key in SPEED_KEYS
 
     def value(self, run):
         """This metric's figure in one stored run record, or None."""

@@ -66,14 +66,17 @@ class Comparison:
 
 def comparisons(meta, runs, base, other):
     """[Comparison] per benchmark and metric with ratios, then one over every benchmark's first
-    metric (its headline, as in the report's summary). Raises NoRuns naming an allocator that
-    has no run in the directory."""
+    speed metric (a time or a rate: page faults, RSS and the false-sharing slowdown left out), then
+    one over every benchmark's first metric (its headline, as in the report's summary). Raises
+    NoRuns naming an allocator that has no run in the directory."""
     present = {r["allocator"] for r in runs}
     for name in (base, other):
         if name not in present:
             raise NoRuns(name)
     out, headline_pairs, headline_skipped = [], [], 0
+    speed_pairs, speed_skipped = [], 0
     for name, data in analysis.group(meta, runs).items():
+        first_speed = next((m for m in data.bench.metrics if m.speed and m.ratios), None)
         for k, metric in enumerate(data.bench.metrics):
             if not metric.ratios:
                 continue
@@ -91,6 +94,10 @@ def comparisons(meta, runs, base, other):
             if k == 0:
                 headline_pairs += pairs
                 headline_skipped += skipped
+            if metric is first_speed:
+                speed_pairs += pairs
+                speed_skipped += skipped
+    out.append(Comparison("all benchmarks, first speed metric each (time or rate)", speed_pairs, speed_skipped))
     out.append(Comparison("all benchmarks, first metric each", headline_pairs, headline_skipped))
     return out
 

@@ -70,6 +70,21 @@ class CompareTest(unittest.TestCase):
         self.assertEqual(len(overall.pairs), 2)
         self.assertAlmostEqual(overall.mean(), 2.0 ** 0.5)  # costs 2 and 1
 
+    def test_speed_row_leaves_out_faults_and_rss(self):
+        # heap-leak's first metric is page faults: in the overall row, not in the speed row, which
+        # takes large-blocks' time (its first metric) and not its faults.
+        runs = runs_of("heap-leak", "base", {"threads": 1}, "minflt", [100.0]) + \
+            runs_of("heap-leak", "other", {"threads": 1}, "minflt", [100.0]) + \
+            [run("large-blocks", "base", {"live": 1}, {"elapsed_s": 1.0, "minflt": 10.0}),
+             run("large-blocks", "other", {"live": 1}, {"elapsed_s": 3.0, "minflt": 10.0})]
+        rows = compare.comparisons(META, runs, "base", "other")
+        speed, overall = rows[-2], rows[-1]
+        self.assertTrue(speed.label.startswith("all benchmarks, first speed metric"))
+        self.assertEqual(len(speed.pairs), 1)
+        self.assertAlmostEqual(speed.mean(), 3.0)
+        self.assertEqual(len(overall.pairs), 2)
+        self.assertAlmostEqual(overall.mean(), 3.0 ** 0.5)
+
     def test_a_point_without_both_sides_is_left_out_and_counted(self):
         p1, p2 = {"threads": 1, "max-size": 64}, {"threads": 2, "max-size": 64}
         runs = runs_of("t-test1", "base", p1, "ops_per_s", [10.0]) + runs_of("t-test1", "other", p1, "ops_per_s", [10.0]) + \
