@@ -49,7 +49,7 @@ static bool central_is_used(unsigned cls) {
  * central_lists not yet touched cost two page faults. */
 static void central_lock(central_t *c, unsigned cls) {
   if (!central_is_used(cls)) {
-    (void)os_read_to_write((uintptr_t *)&c->spans_in_use);
+    (void)os_read_to_write(&c->first_touch); /* a word of its own: racing threads both add 0 */
     __atomic_fetch_or(&central_used[cls / 64], (uint64_t)1 << (cls % 64), __ATOMIC_RELAXED);
   }
   pthread_mutex_lock(&c->lock);

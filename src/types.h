@@ -150,6 +150,7 @@ typedef struct central_s {
   uint32_t transfer_low;      /* least transfer_count since the last idle drain (atomic, approximate) */
   uint64_t spans_in_use;  /* small spans of this class (statistics) */
   uint64_t free_in_spans; /* objects free inside those spans */
+  uintptr_t first_touch;  /* only ever added 0 to, atomically: the class's first write (central_lock) */
 } __attribute__((aligned(QM_CACHELINE))) central_t;
 
 #endif
