@@ -602,13 +602,17 @@ static QM_NOINLINE void quarantine_add_hardened(void *ptr, unsigned cls) {
 /* A small block's free after its class and span are known: checked and filled, into the
  * quarantine, and the block that leaves it (if any) onto this thread's list. */
 QM_INLINE void free_small_hardened(void *ptr, unsigned cls, uintptr_t span_start, size_t size, bool sized, const char *call) {
-  harden_retire(ptr, cls, span_start, sized, size, call);
+  if (!harden_retire(ptr, cls, span_start, sized, size, call)) return; /* reported: harden_reject does not return */
   if (QM_UNLIKELY(!harden_quarantine_fast(cls))) {
     quarantine_add_hardened(ptr, cls);
     return;
   }
   unsigned leaving_cls;
   void *leaving = harden_quarantine_swap(ptr, cls, &leaving_cls);
+  if (!harden_leaving_intact(leaving)) {
+    harden_reject(HARDEN_WRITE_AFTER_FREE, "free()", leaving, 0);
+    return;
+  }
   free_push_leaving(leaving, leaving_cls);
 }
 

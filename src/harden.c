@@ -8,6 +8,7 @@
  * (carving), tcache.c (thread exit), pageheap.c (protection of freed large blocks). */
 #include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "freelist.h"
@@ -33,6 +34,17 @@ QM_NOINLINE QM_COLD void harden_fail_write_after_free(const char *call, const vo
 }
 
 QM_NOINLINE QM_COLD void *harden_fail_handout(void *obj) { harden_fail_write_after_free("malloc()", obj); }
+
+QM_NOINLINE QM_COLD void harden_reject(harden_defect_t defect, const char *call, const void *obj, size_t size) {
+  switch (defect) {
+  case HARDEN_DOUBLE_FREE: check_fail_double_free(call, obj);
+  case HARDEN_OVERFLOW: harden_fail_overflow(call, obj);
+  case HARDEN_UNDERFLOW: harden_fail_underflow(call, obj);
+  case HARDEN_WRONG_SIZE: check_fail_size(call, size, obj);
+  case HARDEN_WRITE_AFTER_FREE: harden_fail_write_after_free(call, obj);
+  }
+  abort(); /* no other defect exists */
+}
 
 /* ---- realloc and malloc_usable_size of small blocks ------------------------------------------- */
 

@@ -101,6 +101,13 @@ __attribute__((noreturn)) QM_COLD void harden_fail_write_after_free(const char *
  * with a jump: with a second call that does not return (the pop's corrupted list), GCC set up a
  * stack frame on malloc's common path (2 instructions a pair, make fastpath). It never returns. */
 QM_COLD void *harden_fail_handout(void *obj);
+/* The free's defects, and the one call that reports them (the functions above, check.c's double
+ * free and wrong size), declared as returning for the same reason: each check of the hardened free
+ * calls it last on a path that then returns, so that it is a jump, and the free sets up no stack
+ * frame (with calls that do not return, it did: 2 instructions a pair, make fastpath). It never
+ * returns. */
+typedef enum { HARDEN_DOUBLE_FREE, HARDEN_OVERFLOW, HARDEN_UNDERFLOW, HARDEN_WRONG_SIZE, HARDEN_WRITE_AFTER_FREE } harden_defect_t;
+QM_COLD void harden_reject(harden_defect_t defect, const char *call, const void *obj, size_t size);
 
 /* 16 bytes of the pattern: the fill and its check go 16 bytes at a time (SSE2 on x86-64, NEON on
  * aarch64: the baseline of both), with no call (memset and memcmp are library calls under
@@ -187,7 +194,7 @@ QM_INLINE bool harden_canary_intact(const void *obj, size_t n, size_t slot) {
 QM_INLINE void harden_write_tail(void *obj, size_t slot, size_t n) {
   if (slot <= 16) *(uint64_t *)obj = HARDEN_PATTERN_WORD; /* word 1 is the record */
   else *(harden_uvec_t *)(void *)((char *)obj + harden_canary_at(n, slot)) = HARDEN_PATTERN_VEC;
-  /* one store: another thread's underflow check may read it (harden_check_before) */
+  /* one store: another thread's underflow check may read it (harden_before_intact) */
   __atomic_store_n(harden_last_word(obj, slot), harden_record(obj, n), __ATOMIC_RELAXED);
 }
 
@@ -200,52 +207,65 @@ QM_INLINE void *harden_handout(void *obj, unsigned cls, size_t n) {
   return obj;
 }
 
+/* Whether live obj's (slot bytes) record names a size that fits and its canary is intact; the
+ * request size in *n. */
+QM_INLINE bool harden_tail_intact(const void *obj, size_t slot, size_t *n) {
+  size_t record = slot - 8;
+  *n = harden_record_size(obj, *(const uint64_t *)(const void *)((const char *)obj + record));
+  return QM_LIKELY(*n <= record && harden_canary_intact(obj, *n, slot));
+}
+
 /* The request size of live obj (slot bytes), read from its record, with its canary checked (else
  * "<call>: overflow past the end of the block"). */
 QM_INLINE size_t harden_live_size(const void *obj, size_t slot, const char *call) {
-  size_t record = slot - 8;
-  size_t n = harden_record_size(obj, *(const uint64_t *)(const void *)((const char *)obj + record));
-  if (QM_UNLIKELY(n > record || !harden_canary_intact(obj, n, slot))) harden_fail_overflow(call, obj);
+  size_t n;
+  if (!harden_tail_intact(obj, slot, &n)) harden_fail_overflow(call, obj);
   return n;
 }
 
-/* The last word of the slot before obj (span_start: the first slot of obj's span): a valid record
- * (that block is live), the pattern (free, of 32 bytes or more), or for 16-byte slots the free tag
- * or 0 (the moment between a pop and the record's store). Anything else: an underflow of obj (or
- * an overflow of the block before that reached its record). */
-QM_INLINE void harden_check_before(void *obj, size_t slot, uintptr_t span_start, const char *call) {
+/* Whether the last word of the slot before obj (span_start: the first slot of obj's span) is a
+ * valid record (that block is live), the pattern (free, of 32 bytes or more), or for 16-byte slots
+ * the free tag or 0 (the moment between a pop and the record's store). Anything else: an underflow
+ * of obj (or an overflow of the block before that reached its record). */
+QM_INLINE bool harden_before_intact(void *obj, size_t slot, uintptr_t span_start) {
   uintptr_t addr = (uintptr_t)obj;
-  if (addr == span_start) return;
+  if (addr == span_start) return true;
   uintptr_t w = __atomic_load_n((const uintptr_t *)(addr - 8), __ATOMIC_RELAXED); /* the slot before's last word */
-  if (QM_LIKELY(w == HARDEN_PATTERN_WORD && slot > 16)) return;
+  if (QM_LIKELY(w == HARDEN_PATTERN_WORD && slot > 16)) return true;
   /* The key of the slot before, only now: GCC computed it ahead of the test above, which takes a
    * register and the secret's load on every free (a volatile load is not moved ahead of a test). */
   void *before = (void *)(addr - slot);
   uintptr_t key = (uintptr_t)before ^ *(volatile const uintptr_t *)&freelist_secret;
-  if (QM_LIKELY(harden_record_size_keyed(key, w) <= slot - 8)) return;
-  if (slot == 16 && (w == key || w == 0)) return;
-  harden_fail_underflow(call, obj);
+  if (QM_LIKELY(harden_record_size_keyed(key, w) <= slot - 8)) return true;
+  return slot == 16 && (w == key || w == 0);
 }
 
 /* The free of small block obj of class cls (span_start: its span's first slot): not free already
  * (the free tag: in a list or in a quarantine), its record and canary intact, the slot before it
- * sane, the size of a sized free its request size. Then it takes its free tag, in word 0 too, and
+ * sane, the size of a sized free its request size; else false, the defect reported (harden_reject,
+ * which does not return: the caller's return after it makes the report a jump). Then it takes its free tag, in word 0 too, and
  * the fill: so that the block leaves the quarantine for a list with only its link to write and word
- * 0 to check (harden_check_leaving; with a quarantine tag of its own, ~key in word 0, the leaving
+ * 0 to check (harden_leaving_intact; with a quarantine tag of its own, ~key in word 0, the leaving
  * block's check of both words, the push's test of the tag and its store cost 14 instructions a
  * pair more, make fastpath). Plain loads and stores: two threads freeing one block at the same
  * instant may both pass, and the second of them to let it leave its quarantine finds word 0
  * changed ("free(): write after free"). */
-QM_INLINE void harden_retire(void *obj, unsigned cls, uintptr_t span_start, bool sized, size_t size, const char *call) {
+QM_INLINE bool harden_retire(void *obj, unsigned cls, uintptr_t span_start, bool sized, size_t size, const char *call) {
   uintptr_t *words = (uintptr_t *)obj, key = freelist_key(obj);
-  if (QM_UNLIKELY(words[1] == key)) check_fail_double_free(call, obj);
-  size_t slot = sizeclass_size[cls];
-  size_t n = harden_live_size(obj, slot, call);
-  harden_check_before(obj, slot, span_start, call);
-  if (QM_UNLIKELY(sized && size != n)) check_fail_size(call, size, obj);
-  words[1] = key;
-  words[0] = key; /* as a list's last block's link would read (NULL): never followed, checked as it leaves */
-  harden_fill(obj, slot);
+  harden_defect_t defect;
+  size_t slot = sizeclass_size[cls], n;
+  if (QM_UNLIKELY(words[1] == key)) defect = HARDEN_DOUBLE_FREE;
+  else if (!harden_tail_intact(obj, slot, &n)) defect = HARDEN_OVERFLOW;
+  else if (QM_UNLIKELY(!harden_before_intact(obj, slot, span_start))) defect = HARDEN_UNDERFLOW;
+  else if (QM_UNLIKELY(sized && size != n)) defect = HARDEN_WRONG_SIZE;
+  else {
+    words[1] = key;
+    words[0] = key; /* as a list's last block's link would read (NULL): never followed, checked as it leaves */
+    harden_fill(obj, slot);
+    return true;
+  }
+  harden_reject(defect, call, obj, size);
+  return false;
 }
 
 /* The quarantine's and the carving's random numbers: a 64-bit linear congruential generator, of
@@ -270,9 +290,12 @@ QM_INLINE uint32_t harden_below(harden_thread_t *t, uint32_t n) { return (uint32
 
 /* A block leaving the quarantine: its word 0 must be as its free left it (else "free(): write after
  * free"); its free tag, word 1, is checked by the pop that hands it out ("malloc(): corrupted free
- * list"), or by its span's list's checks if it goes back there first. */
+ * list"), or by its span's list's checks if it goes back there first. The small ring's common case
+ * tests it in free_small_hardened (api.c), which then returns after harden_reject; the others
+ * check it here. */
+QM_INLINE bool harden_leaving_intact(const void *obj) { return QM_LIKELY(((const uintptr_t *)obj)[0] == freelist_key(obj)); }
 QM_INLINE void harden_check_leaving(void *obj) {
-  if (QM_UNLIKELY(((uintptr_t *)obj)[0] != freelist_key(obj))) harden_fail_write_after_free("free()", obj);
+  if (!harden_leaving_intact(obj)) harden_fail_write_after_free("free()", obj);
 }
 
 /* The quarantine's slow half (harden.c): while the small ring fills, for blocks over
@@ -297,7 +320,7 @@ QM_INLINE bool harden_quarantine_fast(unsigned cls) {
 
 /* Puts retired obj in this thread's full small ring (harden_quarantine_fast): the block in the slot
  * drawn one free ahead leaves and obj takes its place; returns it, with *leaving_cls, for the caller
- * to push on a free list. The next slot is drawn now (the ring's length is a power of two: the
+ * to check (harden_leaving_intact) and push on a free list. The next slot is drawn now (the ring's length is a power of two: the
  * generator's top bits), and its block's first line prefetched. */
 QM_INLINE void *harden_quarantine_swap(void *obj, unsigned cls, unsigned *leaving_cls) {
   harden_thread_t *t = &harden_self;
@@ -306,7 +329,6 @@ QM_INLINE void *harden_quarantine_swap(void *obj, unsigned cls, unsigned *leavin
   *leaving_cls = t->small.classes[i];
   t->small.blocks[i] = obj;
   t->small.classes[i] = (uint8_t)cls;
-  harden_check_leaving(leaving);
   i = (uint32_t)(harden_random(t) >> (64 - HARDEN_QUARANTINE_SHIFT)); /* obj itself, 1 time in 64 */
   t->small.next = i;
   __builtin_prefetch(t->small.blocks[i]); /* its first line; the hand-out's check reads it and the last word */
