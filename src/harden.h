@@ -32,19 +32,21 @@
  * freed pointer field read back and followed faults. */
 #define HARDEN_PATTERN 0xa5
 #define HARDEN_PATTERN_WORD ((uint64_t)0xa5a5a5a5a5a5a5a5ull)
-/* A live block's record: key(obj) ^ ~(n << 8) with its top byte flipped back. Its low byte then
- * holds no bit of n, so that a write over it (an overflow past a request that reaches the record:
- * HARDEN_TAIL, no canary bytes then) makes the record name a huge size, as does a write over its
- * top byte (a 1-byte underflow of the next block), whatever the byte written. (With n in the low
- * bits, a changed low byte named another small size, and only that size's canary, over the
- * program's own bytes, could tell.) The top byte is the key's, whose bit 7 is set (the secret's
- * bit 63): never the free tag or 0, for any n below 2^48. */
-#define HARDEN_RECORD_TOP ((uintptr_t)0xff << 56)
-QM_INLINE uint64_t harden_record(const void *obj, size_t n) { return freelist_key(obj) ^ ~((uint64_t)n << 8) ^ HARDEN_RECORD_TOP; }
+/* A live block's record: key(obj) ^ (n << 8). Its low byte and its top byte then hold no bit of n,
+ * so that a write over the low byte (an overflow past a request that reaches the record:
+ * HARDEN_TAIL, no canary bytes then) or over the top byte (a 1-byte underflow of the next block)
+ * makes the record name a huge size, whatever the byte written. (With n in the low bits, a changed
+ * low byte named another small size, and only that size's canary, over the program's own bytes,
+ * could tell.) The top byte is the key's, whose bit 7 is set (the secret's bit 63), so a record is
+ * never 0; nor the free tag (the key) but for n = 0, which only an aligned request of 0 bytes
+ * makes, in a slot of 32 bytes or more, where the record is not word 1. (It was
+ * key ^ ~(n << 8) with the top byte flipped back: the same properties for n > 0, and a 10-byte
+ * constant loaded at every hand-out and free: 2 instructions a pair, make fastpath.) */
+QM_INLINE uint64_t harden_record(const void *obj, size_t n) { return freelist_key(obj) ^ ((uint64_t)n << 8); }
 /* The request size a record w of obj names: huge if w is not a record, at most S - 8 if it is. A
  * rotate, not a shift: a low byte that is not 0 comes out as the top byte. */
 QM_INLINE size_t harden_record_size_keyed(uintptr_t key, uint64_t w) {
-  uint64_t v = ~(w ^ key ^ HARDEN_RECORD_TOP);
+  uint64_t v = w ^ key;
   return (v >> 8) | (v << 56);
 }
 QM_INLINE size_t harden_record_size(const void *obj, uint64_t w) { return harden_record_size_keyed(freelist_key(obj), w); }
