@@ -47,7 +47,8 @@ QM_INLINE unsigned sizeclass_of(size_t n) {
   unsigned cls = sizeclass_of_if_filled(n);
   return QM_LIKELY(cls != 0) ? cls : sizeclass_fill(n);
 }
-/* Fills batches and divisibility constants; patches the tiny slots for min_align 8 or 16. */
+/* Sets the transfer batches (from an option) and fills the first page of the lookup table,
+ * patching the tiny slots for min_align 8 or 16. (Sizes, spans and magic are compile-time tables.) */
 void sizeclass_init(unsigned min_align, unsigned batch_max);
 /* The smallest class that can hold `size` bytes at an `alignment`-aligned address, or 0. */
 unsigned sizeclass_for_aligned(size_t size, size_t alignment);

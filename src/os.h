@@ -23,12 +23,12 @@ typedef enum {
   OS_SPARSE   /* metadata touched only where memory is (page-map leaves): MAP_NORESERVE */
 } os_map_kind_t;
 
-/* Reads a word that the caller is about to write if it holds 0, of memory that may never have been
- * touched (.bss, a fresh mapping), as a write: a locked add of 0. The kernel maps a page first read
- * to the shared zero page, and the write that follows faults again to give it a page of its own:
- * two page faults where one does. For slow paths only (a locked instruction, and each such read
- * makes its page resident). */
-static inline uintptr_t os_read_to_write(uintptr_t *word) { return __atomic_fetch_add(word, 0, __ATOMIC_ACQUIRE); }
+/* Reads *word (an integer or a pointer) that the caller is about to write if it holds 0, of memory
+ * that may never have been touched (.bss, a fresh mapping), as a write: a locked add of 0. The
+ * kernel maps a page first read to the shared zero page, and the write that follows faults again
+ * to give it a page of its own: two page faults where one does. For slow paths only (a locked
+ * instruction, and each such read makes its page resident). A macro: it keeps the word's type. */
+#define os_read_to_write(word) __atomic_fetch_add((word), 0, __ATOMIC_ACQUIRE)
 
 /* Inaccessible pages kept next to a mapping: an overflow off its end faults instead of running into
  * whatever the kernel put there. */

@@ -15,7 +15,7 @@ bool pagemap_ensure(uintptr_t start, size_t npages) {
   uintptr_t last = (start + npages * PAGE_SIZE - 1) >> PAGEMAP_LEAF_SHIFT;
   if (last >= PAGEMAP_ROOT_LEN) return false;
   for (uintptr_t i = first; i <= last; i++) {
-    if (os_read_to_write((uintptr_t *)&pagemap_root[i]) != 0) continue; /* the root's page: 1 fault, not 2 */
+    if (os_read_to_write(&pagemap_root[i]) != NULL) continue; /* the root's page: 1 fault, not 2 */
     pagemap_leaf_t *leaf = os_map(sizeof(pagemap_leaf_t), PAGE_SIZE, OS_SPARSE, OS_GUARD_NONE);
     if (leaf == NULL) return false;
     stats_metadata_add(sizeof(pagemap_leaf_t));
