@@ -3,8 +3,9 @@
 # pays at start"): the small globals written at start are in the library's .data, and that .data
 # is one page; and a program that makes one allocation (startup_pages.c) takes at most
 # QM_STARTUP_EXTRA_MAX more minor page faults with the default or the hardened library preloaded
-# than with glibc's malloc, medians of 5 runs each. 22 (default) and 24 (hardened) on Debian 12
-# (x86-64) at the commit that added this test, 34 and 36 before it (what is left: the loader's work
+# than with glibc's malloc, medians of 5 runs each. 22-24 (default) and 24-26 (hardened) on Debian
+# 12 (x86-64) at the commit that added this test, also with other tests running, and 34 and 36
+# before it (what is left: the loader's work
 # for a second library, qmalloc's first spans, thread cache and page-map leaf; before, also a dozen
 # pages of .bss, central lists and option strings touched at start). Page faults, not time: a slow
 # machine takes as many.
@@ -12,7 +13,7 @@ set -u
 source "$(dirname "$0")/common.sh"
 require_env QMALLOC_SO QM_HARDENED_SO QM_TEST_BIN
 prog=$QM_TEST_BIN/preload_startup_pages
-QM_STARTUP_EXTRA_MAX=30
+QM_STARTUP_EXTRA_MAX=32
 
 # median_faults [LIB]: the median of 5 runs' fault counts, with LIB preloaded if given.
 median_faults() {
