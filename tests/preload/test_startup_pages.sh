@@ -5,10 +5,9 @@
 # QM_STARTUP_EXTRA_MAX more minor page faults with the default or the hardened library preloaded
 # than with glibc's malloc, medians of 5 runs each. 22-24 (default) and 24-26 (hardened) on Debian
 # 12 (x86-64) at the commit that added this test, also with other tests running, and 34 and 36
-# before it (what is left: the loader's work
-# for a second library, qmalloc's first spans, thread cache and page-map leaf; before, also a dozen
-# pages of .bss, central lists and option strings touched at start). Page faults, not time: a slow
-# machine takes as many.
+# before it (what is left: the loader's work for a second library, qmalloc's first spans, thread
+# cache and page-map leaf; before, also a dozen pages of .bss, central lists and option strings
+# touched at start). Page faults, not time: a slow machine takes as many.
 set -u
 source "$(dirname "$0")/common.sh"
 require_env QMALLOC_SO QM_HARDENED_SO QM_TEST_BIN
