@@ -41,7 +41,7 @@
  * never 0; nor the free tag (the key) but for n = 0, which only an aligned request of 0 bytes
  * makes, in a slot of 32 bytes or more, where the record is not word 1. (It was
  * key ^ ~(n << 8) with the top byte flipped back: the same properties for n > 0, and a 10-byte
- * constant loaded at every hand-out and free: 2 instructions a pair, make fastpath.) */
+ * constant loaded at every hand-out and free: 5 instructions a pair, make fastpath.) */
 QM_INLINE uint64_t harden_record(const void *obj, size_t n) { return freelist_key(obj) ^ ((uint64_t)n << 8); }
 /* The request size a record w of obj names: huge if w is not a record, at most S - 8 if it is. A
  * rotate, not a shift: a low byte that is not 0 comes out as the top byte. */
@@ -245,9 +245,9 @@ QM_INLINE bool harden_before_intact(void *obj, size_t slot, uintptr_t span_start
 /* The free of small block obj of class cls (span_start: its span's first slot): not free already
  * (the free tag: in a list or in a quarantine), its record and canary intact, the slot before it
  * sane, the size of a sized free its request size; else false, the defect reported (harden_reject,
- * which does not return: the caller's return after it makes the report a jump). Then it takes its free tag, in word 0 too, and
- * the fill: so that the block leaves the quarantine for a list with only its link to write and word
- * 0 to check (harden_leaving_intact; with a quarantine tag of its own, ~key in word 0, the leaving
+ * which does not return: the caller's return after it makes the report a jump). Then it takes its
+ * free tag, in word 0 too, and the fill: so that the block leaves the quarantine for a list with
+ * only its link to write and word 0 to check (harden_leaving_intact; with a quarantine tag of its own, ~key in word 0, the leaving
  * block's check of both words, the push's test of the tag and its store cost 14 instructions a
  * pair more, make fastpath). Plain loads and stores: two threads freeing one block at the same
  * instant may both pass, and the second of them to let it leave its quarantine finds word 0
