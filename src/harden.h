@@ -249,9 +249,9 @@ QM_INLINE bool harden_before_intact(void *obj, size_t slot, uintptr_t span_start
  * free tag, in word 0 too, and the fill: so that the block leaves the quarantine for a list with
  * only its link to write and word 0 to check (harden_leaving_intact; with a quarantine tag of its
  * own, ~key in word 0, the leaving block's check of both words, the push's test of the tag and its
- * store cost 14 instructions a pair more, make fastpath). Plain loads and stores: two threads freeing one block at the same
- * instant may both pass, and the second of them to let it leave its quarantine finds word 0
- * changed ("free(): write after free"). */
+ * store cost 14 instructions a pair more, make fastpath). Plain loads and stores: two threads
+ * freeing one block at the same instant may both pass, and the second of them to let it leave its
+ * quarantine finds word 0 changed ("free(): write after free"). */
 QM_INLINE bool harden_retire(void *obj, unsigned cls, uintptr_t span_start, bool sized, size_t size, const char *call) {
   uintptr_t *words = (uintptr_t *)obj, key = freelist_key(obj);
   harden_defect_t defect;
