@@ -108,7 +108,9 @@ QM_COLD void *harden_fail_handout(void *obj);
  * calls it last on a path that then returns, so that it is a jump, and the free sets up no stack
  * frame (with calls that do not return, it did: 2 instructions a pair, make fastpath). It never
  * returns. */
-typedef enum { HARDEN_DOUBLE_FREE, HARDEN_OVERFLOW, HARDEN_UNDERFLOW, HARDEN_WRONG_SIZE, HARDEN_WRITE_AFTER_FREE } harden_defect_t;
+typedef enum {
+  HARDEN_DOUBLE_FREE, HARDEN_OVERFLOW, HARDEN_UNDERFLOW, HARDEN_WRONG_SIZE, HARDEN_WRITE_AFTER_FREE
+} harden_defect_t;
 QM_COLD void harden_reject(harden_defect_t defect, const char *call, const void *obj, size_t size);
 
 /* 16 bytes of the pattern: the fill and its check go 16 bytes at a time (SSE2 on x86-64, NEON on
