@@ -124,13 +124,10 @@ QM_INLINE harden_vec_t harden_load_vec(const void *at) { return *(const harden_u
 
 QM_INLINE uint64_t *harden_last_word(void *obj, size_t slot) { return (uint64_t *)(void *)((char *)obj + slot - 8); }
 
-/* The three vectors of the fill of a slot of `slot` bytes (more than 16) start at 16, 32 and 48,
- * each moved back to end at the slot's end at most: they overlap in 32- and 48-byte slots, and the
- * code has no branch on the size. */
-QM_INLINE size_t harden_fill_at(size_t slot, size_t at) {
-  if (QM_LIKELY(slot >= HARDEN_FILL_END)) return at; /* most slots: constant offsets, no compare and move */
-  return at < slot - 16 ? at : slot - 16;
-}
+/* The fill's vectors: at 16, 32 and 48 in slots of 64 bytes and more; in 32- and 48-byte slots at
+ * 16 and at the slot's end less 16 (the same vector in 32-byte slots). Two separate branches, so
+ * that the common one has constant offsets (with one offset computed for both, as min(at, slot -
+ * 16), GCC kept it in a register: an instruction at each end, make fastpath). */
 
 /* A freed block's fill: [16, HARDEN_FILL_END) (to its end if smaller) and its last word. (Slots of
  * 16 bytes are all tag.) */
@@ -138,8 +135,12 @@ QM_INLINE void harden_fill(void *obj, size_t slot) {
   if (slot <= 16) return;
   char *p = (char *)obj;
   *(harden_uvec_t *)(void *)(p + 16) = HARDEN_PATTERN_VEC;
-  *(harden_uvec_t *)(void *)(p + harden_fill_at(slot, 32)) = HARDEN_PATTERN_VEC;
-  *(harden_uvec_t *)(void *)(p + harden_fill_at(slot, 48)) = HARDEN_PATTERN_VEC;
+  if (QM_LIKELY(slot >= HARDEN_FILL_END)) {
+    *(harden_uvec_t *)(void *)(p + 32) = HARDEN_PATTERN_VEC;
+    *(harden_uvec_t *)(void *)(p + 48) = HARDEN_PATTERN_VEC;
+  } else {
+    *(harden_uvec_t *)(void *)(p + slot - 16) = HARDEN_PATTERN_VEC;
+  }
   *harden_last_word(obj, slot) = HARDEN_PATTERN_WORD;
 }
 _Static_assert(HARDEN_FILL_END == 64, "harden_fill and harden_holds_fill store and check three vectors from byte 16");
@@ -149,9 +150,13 @@ _Static_assert(HARDEN_FILL_END == 64, "harden_fill and harden_holds_fill store a
 QM_INLINE bool harden_holds_fill(const void *obj, size_t slot) {
   if (slot <= 16) return true;
   const char *p = (const char *)obj;
-  harden_vec_t v0 = *(const harden_vec_t *)(const void *)(p + 16);
-  harden_vec_t v1 = *(const harden_vec_t *)(const void *)(p + harden_fill_at(slot, 32));
-  harden_vec_t v2 = *(const harden_vec_t *)(const void *)(p + harden_fill_at(slot, 48));
+  harden_vec_t v0 = *(const harden_vec_t *)(const void *)(p + 16), v1, v2;
+  if (QM_LIKELY(slot >= HARDEN_FILL_END)) {
+    v1 = *(const harden_vec_t *)(const void *)(p + 32);
+    v2 = *(const harden_vec_t *)(const void *)(p + 48);
+  } else {
+    v1 = v2 = *(const harden_vec_t *)(const void *)(p + slot - 16);
+  }
   uint64_t last = *(const uint64_t *)(const void *)(p + slot - 8);
 #if defined(__x86_64__)
   /* Byte compares ANDed and one mask (SSE2): a compare can take its operand from memory. */
