@@ -13,7 +13,10 @@ from .benchmarks import PEAK_RSS, Metric
 
 SUMMARY_NOTE = ("score = geometric mean over the benchmark's parameter points of (best allocator's median / "
                 "this allocator's median), inverted where lower is better: 1.00 means best at every point, "
-                "1.50 means 1.5x worse on average. 'FAIL' marks an allocator with crashed, failed or timed-out runs.")
+                "1.50 means 1.5x worse on average. 'FAIL' marks an allocator with crashed, failed or timed-out runs. "
+                "The last two rows are geometric means over the benchmarks of each one's score on its first "
+                "metric, and on its first speed metric (a time or a rate: not page faults, RSS or false-sharing's "
+                "slowdown), every benchmark weighing the same; over the benchmarks the allocator has a score on.")
 
 
 def fmt_value(v, metric=None):
@@ -56,10 +59,32 @@ def metric_table(data, metric):
     return "\n".join(lines)
 
 
-def summary_rows(groups):
-    """[(row label, {alloc: text})] for the summary table."""
-    rows = []
+OVERALL_FIRST = "all benchmarks: first metric (geometric mean of the scores)"
+OVERALL_SPEED = "all benchmarks: first speed metric (geometric mean of the scores)"
+
+
+def overall_scores(groups, speed):
+    """{alloc: geometric mean over benchmarks of its score on each one's first metric (its first
+    speed metric with speed=True), or None}: the summary's last rows."""
+    scores = {}
     for data in groups.values():
+        metrics = [m for m in data.bench.metrics if m.ratios and (m.speed or not speed)]
+        if not metrics:
+            continue
+        for a in data.allocators:
+            s = data.score(a, metrics[0])
+            if s is not None:
+                scores.setdefault(a, []).append(s)
+    return {a: analysis.gmean(v) for a, v in scores.items()}
+
+
+def summary_rows(groups):
+    """[(row label, {alloc: text})] for the summary table: one per benchmark and metric, then the
+    two overall rows."""
+    rows = []
+    failed = set()
+    for data in groups.values():
+        failed |= {a for a in data.allocators if data.failures(a)}
         for metric in data.bench.metrics:
             if metric.key in ("shared_objects",) or not metric.ratios:
                 continue
@@ -71,6 +96,10 @@ def summary_rows(groups):
                     t += " FAIL"
                 texts[a] = t
             rows.append((f"{data.bench.name}: {metric.label}", texts))
+    for label, speed in ((OVERALL_FIRST, False), (OVERALL_SPEED, True)):
+        overall = overall_scores(groups, speed)
+        if overall:
+            rows.append((label, {a: f"{s:.2f}" + (" FAIL" if a in failed else "") for a, s in overall.items()}))
     return rows
 
 

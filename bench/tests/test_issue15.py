@@ -72,6 +72,30 @@ class SkippedRealProgramTest(unittest.TestCase):
         self.assertIn("skipped (redis-server not found)", report.metric_table(data, time))
 
 
+class OverallScoreTest(unittest.TestCase):
+    """The summary's last rows: the geometric mean over benchmarks of each one's first-metric score,
+    and of its first speed metric's (heap-leak's first metric, page faults, is not one)."""
+
+    def test_overall_rows(self):
+        p = {"threads": 1}
+        runs = [run("t-test1", "a", p, {"ops_per_s": 100.0, "ops_per_cpu_s": 100.0}),
+                run("t-test1", "b", p, {"ops_per_s": 50.0, "ops_per_cpu_s": 50.0}),   # b: 2.0
+                run("heap-leak", "a", p, {"minflt": 200.0, "peak_rss_kb": 10.0}),     # a: 2.0
+                run("heap-leak", "b", p, {"minflt": 100.0, "peak_rss_kb": 10.0}),
+                run("churn", "a", p, {"ops_per_s": 80.0, "peak_rss_kb": 10.0}),        # a: 1.25
+                run("churn", "b", p, {"ops_per_s": 100.0, "peak_rss_kb": 10.0})]
+        groups = analysis.group({"allocators": []}, runs)
+        rows = dict(report.summary_rows(groups))
+        first, speed = rows[report.OVERALL_FIRST], rows[report.OVERALL_SPEED]
+        # first metrics: a scores 1.0, 2.0, 1.25; b scores 2.0, 1.0, 1.0
+        self.assertEqual(first["a"], f"{(1.0 * 2.0 * 1.25) ** (1 / 3):.2f}")
+        self.assertEqual(first["b"], f"{2.0 ** (1 / 3):.2f}")
+        # speed metrics: t-test1 and churn only
+        self.assertEqual(speed["a"], f"{1.25 ** 0.5:.2f}")
+        self.assertEqual(speed["b"], f"{2.0 ** 0.5:.2f}")
+        self.assertEqual(list(rows)[-2:], [report.OVERALL_FIRST, report.OVERALL_SPEED])
+
+
 class PresetTest(unittest.TestCase):
     NEW = ("large-blocks", "remote-stream", "server-mix", "realloc-mix", "churn", "mixed-stress", "real")
 
