@@ -145,8 +145,7 @@ __attribute__((destructor)) static void harden_check_at_exit(void) {
     for (uint32_t i = 0; i < rings[k]->count; i++) {
       void *obj = rings[k]->blocks[i];
       unsigned cls = rings[k]->classes[i];
-      uintptr_t key = freelist_key(obj);
-      if (((uintptr_t *)obj)[0] != key || !freelist_tagged(obj, key) || !harden_holds_fill(obj, sizeclass_size[cls]))
+      if (!harden_leaving_intact(obj) || !freelist_tagged(obj, freelist_key(obj)) || !harden_holds_fill(obj, sizeclass_size[cls]))
         harden_fail_write_after_free("exit()", obj);
     }
   }

@@ -329,8 +329,8 @@ QM_INLINE bool harden_quarantine_fast(unsigned cls) {
 
 /* Puts retired obj in this thread's full small ring (harden_quarantine_fast): the block in the slot
  * drawn one free ahead leaves and obj takes its place; returns it, with *leaving_cls, for the caller
- * to check (harden_leaving_intact) and push on a free list. The next slot is drawn now (the ring's length is a power of two: the
- * generator's top bits), and its block's first line prefetched. */
+ * to check (harden_leaving_intact) and push on a free list. The next slot is drawn now (the ring's
+ * length is a power of two: the generator's top bits), and its block's first line prefetched. */
 QM_INLINE void *harden_quarantine_swap(void *obj, unsigned cls, unsigned *leaving_cls) {
   harden_thread_t *t = &harden_self;
   uint32_t i = t->small.next;

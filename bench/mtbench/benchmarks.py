@@ -69,6 +69,12 @@ class Benchmark:
     ops: OpCount = None   # None: the program reports no operation count
     own_stats: bool = True  # False: qmalloc's statistics at exit are another process's (real: the launcher's)
 
+    def headline(self, speed=False):
+        """The metric that stands for this benchmark in overall figures (the summary's last rows,
+        `mtbench compare`'s): its first with ratios, or its first speed metric with ratios; None if
+        it has none."""
+        return next((m for m in self.metrics if m.ratios and (m.speed or not speed)), None)
+
 
 # The program's own VmHWM: wait4's ru_maxrss would include the driver's RSS (see bench_common.c).
 PEAK_RSS = Metric("peak_rss_kb", "peak RSS (KiB)", "lower", "{:.0f}")

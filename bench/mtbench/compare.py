@@ -76,8 +76,8 @@ def comparisons(meta, runs, base, other):
     out, headline_pairs, headline_skipped = [], [], 0
     speed_pairs, speed_skipped = [], 0
     for name, data in analysis.group(meta, runs).items():
-        first_speed = next((m for m in data.bench.metrics if m.speed and m.ratios), None)
-        for k, metric in enumerate(data.bench.metrics):
+        first, first_speed = data.bench.headline(), data.bench.headline(speed=True)
+        for metric in data.bench.metrics:
             if not metric.ratios:
                 continue
             pairs, skipped = [], 0
@@ -91,7 +91,7 @@ def comparisons(meta, runs, base, other):
             if not pairs and not skipped:
                 continue
             out.append(Comparison(f"{name}: {metric.label}", pairs, skipped))
-            if k == 0:
+            if metric is first:
                 headline_pairs += pairs
                 headline_skipped += skipped
             if metric is first_speed:

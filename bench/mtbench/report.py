@@ -68,11 +68,11 @@ def overall_scores(groups, speed):
     speed metric with speed=True), or None}: the summary's last rows."""
     scores = {}
     for data in groups.values():
-        metrics = [m for m in data.bench.metrics if m.ratios and (m.speed or not speed)]
-        if not metrics:
+        metric = data.bench.headline(speed)
+        if metric is None:
             continue
         for a in data.allocators:
-            s = data.score(a, metrics[0])
+            s = data.score(a, metric)
             if s is not None:
                 scores.setdefault(a, []).append(s)
     return {a: analysis.gmean(v) for a, v in scores.items()}
