@@ -36,7 +36,7 @@ typedef struct prof_thread_s {
 } prof_thread_t;
 static __thread prof_thread_t prof_self __attribute__((tls_model("initial-exec")));
 
-void (*prof_test_unwind_hook)(void);
+QM_EARLY_DATA void (*prof_test_unwind_hook)(void); /* read by every stack walk: .data, see prof_lock */
 
 bool prof_suspend(void) {
   bool was = prof_self.inside;
@@ -65,14 +65,17 @@ typedef struct prof_sample_s {
   prof_stack_t *stack;
 } prof_sample_t;
 
-static pthread_mutex_t prof_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The small state every sample reads and writes goes with the library's .data (QM_EARLY_DATA):
+ * on .bss pages of their own, around the hash tables, the first sample of a process read and then
+ * wrote two of them, four page faults (heap-leak, perf record -e page-faults). */
+QM_EARLY_DATA static pthread_mutex_t prof_lock = PTHREAD_MUTEX_INITIALIZER;
 static prof_stack_t *prof_stack_buckets[PROF_STACK_BUCKETS];
-static prof_stack_t *prof_stacks; /* every stack, newest first */
+QM_EARLY_DATA static prof_stack_t *prof_stacks; /* every stack, newest first */
 static prof_sample_t *prof_live_buckets[PROF_LIVE_BUCKETS];
-static prof_sample_t *prof_free_samples;
-static char *prof_pool_bump, *prof_pool_end;
-static prof_totals_t prof_total;
-static int prof_dump_pending; /* a signal asked for a dump while the profiler was busy */
+QM_EARLY_DATA static prof_sample_t *prof_free_samples;
+QM_EARLY_DATA static char *prof_pool_bump, *prof_pool_end;
+QM_EARLY_DATA static prof_totals_t prof_total;
+QM_EARLY_DATA static int prof_dump_pending; /* a signal asked for a dump while the profiler was busy */
 
 /* Bump allocation from os_map'd chunks: profiler memory never comes from qmalloc itself. */
 static void *prof_pool_take(size_t size) {
@@ -159,7 +162,7 @@ static prof_sample_t *prof_live_take(uintptr_t ptr) {
  * brings every stack up to the current epoch first (prof_peak_sync). The copy of every stack's
  * counts at each new peak that this replaces cost 7,000 instructions a sample with 1,580 stacks
  * in a growing heap (callgrind), six times the sample itself. Requires prof_lock, as all below. */
-static uint64_t prof_peak_epoch;
+QM_EARLY_DATA static uint64_t prof_peak_epoch;
 
 static void prof_touch(prof_stack_t *s) {
   if (s->peak_epoch == prof_peak_epoch) return;
@@ -285,7 +288,7 @@ uint64_t prof_equiv_x1024(size_t size, uint64_t mean, uint64_t base) {
  * skips the bookkeeping for that sample. */
 #define PROF_BUDGET_PERIOD_NS 8000000ull
 #define PROF_STRETCH_MAX 24
-static struct {
+QM_EARLY_DATA static struct {
   int lock;
   int64_t tokens;
   uint64_t refilled_ns;     /* the bucket holds the refills up to here */

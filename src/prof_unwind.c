@@ -41,11 +41,11 @@
 struct dwarf_eh_bases; /* what libgcc fills in with an FDE (prof_rule_read) */
 extern const void *_Unwind_Find_FDE(void *pc, struct dwarf_eh_bases *bases) __attribute__((weak));
 
-static _Unwind_Reason_Code (*unwind_backtrace)(_Unwind_Trace_Fn, void *);
-static _Unwind_Ptr (*unwind_get_ip)(struct _Unwind_Context *);
-static const void *(*unwind_find_fde)(void *, struct dwarf_eh_bases *);
-static bool unwind_loaded; /* stored (release) once the three above are set, or found missing */
-static pthread_mutex_t unwind_load_lock = PTHREAD_MUTEX_INITIALIZER;
+QM_EARLY_DATA static _Unwind_Reason_Code (*unwind_backtrace)(_Unwind_Trace_Fn, void *);
+QM_EARLY_DATA static _Unwind_Ptr (*unwind_get_ip)(struct _Unwind_Context *);
+QM_EARLY_DATA static const void *(*unwind_find_fde)(void *, struct dwarf_eh_bases *);
+QM_EARLY_DATA static bool unwind_loaded; /* stored (release) once the three above are set, or found missing */
+QM_EARLY_DATA static pthread_mutex_t unwind_load_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* open: dlopen libgcc_s.so.1 if the process has no libgcc; without it, a process that has none
  * stays "not loaded", so that a later call with open can still load it. */
@@ -160,9 +160,9 @@ typedef struct prof_rule_table_s {
   size_t count; /* rules in it (the writer's) */
   prof_rule_slot_t slots[];
 } prof_rule_table_t;
-static prof_rule_table_t *prof_rules; /* NULL until the first rule */
-static int prof_rules_writer;
-static uint64_t prof_rules_filled; /* rules read from DWARF (tests, statistics) */
+QM_EARLY_DATA static prof_rule_table_t *prof_rules; /* NULL until the first rule */
+QM_EARLY_DATA static int prof_rules_writer;
+QM_EARLY_DATA static uint64_t prof_rules_filled; /* rules read from DWARF (tests, statistics) */
 
 /* Where key's probe window starts (masked by the table): the address mixed through every bit
  * (splitmix64's finalizer), as tables of every size index it by their low bits. Fibonacci hashing

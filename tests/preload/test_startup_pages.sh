@@ -31,8 +31,9 @@ for build in default hardened; do
   else
     fail "$build: .data (0x${size:-?} bytes at 0x${start:-?}) spans more than one page: QM_EARLY_DATA holds too much"
   fi
-  # The globals every process writes at start are there, not in .bss (nm: d = initialized data).
-  for sym in init_done freelist_secret tcache_registry central_transfer_max sizeclass_batch; do
+  # The globals every process writes at start, and those the heap profiler's first sample writes
+  # (most processes take one), are there, not in .bss (nm: d = initialized data).
+  for sym in init_done freelist_secret tcache_registry central_transfer_max sizeclass_batch prof_lock prof_budget unwind_load_lock; do
     kind=$(nm "$so" | awk -v s="$sym" '$3 == s { print $2 }')
     if [[ $kind == [dD] ]]; then pass "$build: $sym is in .data"; else fail "$build: $sym is '$kind' in nm, not .data (d)"; fi
   done
