@@ -13,7 +13,8 @@
 #define QM_NOINLINE __attribute__((noinline))
 #define QM_COLD __attribute__((cold))
 #define QM_EXPORT __attribute__((visibility("default")))
-/* For a small global that every process writes at start (init, options, the first span): it goes
+/* For a small global that every process writes at start (init, options, the first span; and the
+ * heap profiler's, which the first sample writes, and most processes take one): it goes
  * with the library's .data, a page the process writes anyway, rather than on a .bss page between
  * the large arrays (page map root, option strings, class table), which costs a page fault when
  * first touched and two when that touch is a read (docs/design.md, "What a process pays at
