@@ -117,20 +117,18 @@ QM_COLD void harden_reject(harden_defect_t defect, const char *call, const void 
  * aarch64: the baseline of both), with no call (memset and memcmp are library calls under
  * -fno-builtin; they took a quarter of a hardened malloc-test run). */
 typedef uint64_t harden_vec_t __attribute__((vector_size(16), may_alias));
-typedef uint64_t harden_word_t __attribute__((aligned(1), may_alias)); /* an unaligned word */
 #define HARDEN_PATTERN_VEC ((harden_vec_t){HARDEN_PATTERN_WORD, HARDEN_PATTERN_WORD})
 typedef uint64_t harden_uvec_t __attribute__((vector_size(16), aligned(1), may_alias)); /* unaligned */
 QM_INLINE harden_vec_t harden_load_vec(const void *at) { return *(const harden_uvec_t *)at; }
 
 QM_INLINE uint64_t *harden_last_word(void *obj, size_t slot) { return (uint64_t *)(void *)((char *)obj + slot - 8); }
 
-/* The fill's vectors: at 16, 32 and 48 in slots of 64 bytes and more; in 32- and 48-byte slots at
- * 16 and at the slot's end less 16 (the same vector in 32-byte slots). Two separate branches, so
- * that the common one has constant offsets (with one offset computed for both, as min(at, slot -
- * 16), GCC kept it in a register: an instruction at each end, make fastpath). */
-
 /* A freed block's fill: [16, HARDEN_FILL_END) (to its end if smaller) and its last word. (Slots of
- * 16 bytes are all tag.) */
+ * 16 bytes are all tag.) Its vectors: at 16, 32 and 48 in slots of 64 bytes and more; in 32- and
+ * 48-byte slots at 16 and at the slot's end less 16 (the same vector in 32-byte slots). Two
+ * separate branches, so that the common one has constant offsets (with one offset computed for
+ * both, as min(at, slot - 16), GCC kept it in a register: an instruction at each end, make
+ * fastpath). harden_holds_fill reads the same vectors. */
 QM_INLINE void harden_fill(void *obj, size_t slot) {
   if (slot <= 16) return;
   char *p = (char *)obj;
