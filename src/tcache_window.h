@@ -2,9 +2,10 @@
  * no lock and no atomic instruction on the owner's fast paths, and no instruction added to them.
  *
  * What the owner already does serves as its marks:
- *   - a pop subtracts one from its list's count before it touches the list, and one again after
- *     it (counts are in halves: odd = inside a pop; aarch64 stores the new count instead). The subtract's sign is the test
- *     a pop needs anyway (an empty list, or one at its floor, has count 0), so the mark is free;
+ *   - a pop subtracts one from its list's count before it touches the list (an exchange-and-add,
+ *     which also hands it the count it found), and stores that count less two after it (counts
+ *     are in halves: odd = inside a pop). The subtract's sign is the test a pop needs anyway (an
+ *     empty list, or one at its floor, has count 0), so the mark is free;
  *   - a push reads the count, compares it with max_count, links the object, and adds two to the
  *     count in memory as its last step. It makes no mark: a taker copes with one push in flight
  *     instead (below);
@@ -119,24 +120,26 @@ QM_WINDOW_INLINE void list_store_head_release(tcache_fast_list_t *list, void *he
 #if defined(__x86_64__)
 #define QM_ADD_MEM(suffix, field, delta, ...) \
   __asm__ volatile("add" suffix " %1, %0" : "+m"(field) : "i"(delta) : __VA_ARGS__)
-/* A pop: the marking subtract, whose sign decides, and at its end a second subtract in memory
- * (odd to even: one object fewer). While the count is odd no taker can stop the list (its
- * compare-and-swap expects an even count), so the end's read and write need no more than the
- * begin's. Two subtracts in memory, not a load, the subtract and a store of the loaded count less
- * two: 2 instructions fewer on malloc and 5.8% more malloc+free pairs a second on mtbench's
- * malloc-test (quick preset, 5 repetitions side by side, 95% interval 1.2-8.1%). (An earlier
- * version with adds in memory at both ends of the push too, four a pair, measured 1.7 times
- * slower: docs/fastpath.md.) `before` is unused here: aarch64's end stores it. False when the
- * list is empty, at its floor, or stopped. */
+/* A pop: the marking subtract, an exchange-and-add of -1 in memory (one instruction, as the
+ * window needs), whose sign decides and which leaves the count it found in *before; at its end a
+ * plain store of that count less two (odd to even: one object fewer). While the count is odd no
+ * taker can stop the list (its compare-and-swap expects an even count), so nothing but this pop
+ * writes the count between the two, and the end need not read it again. Each read-modify-write of
+ * the count in memory waits for the store before it (a store-to-load forward, about 5 cycles),
+ * and the count's chain runs from pair to pair: with a second subtract in memory at the end the
+ * chain was three of them a malloc+free pair (the push's add is the third), and it, not the
+ * instructions, set the pace of a hot pair; now it is two. 2 instructions more on malloc (the -1
+ * in a register and the end's subtract), and malloc-test at 512 bytes about a quarter faster
+ * (docs/fastpath.md). False when the list is empty, at its floor, or stopped. */
 QM_WINDOW_INLINE bool list_begin_pop(tcache_fast_list_t *list, uint16_t *before) {
-  (void)before;
   bool negative;
-  __asm__ volatile("subw $1, %0" : "+m"(list->count), "=@ccs"(negative));
+  uint16_t v = (uint16_t)-1;
+  __asm__ volatile("xaddw %1, %0" : "+m"(list->count), "+r"(v), "=@ccs"(negative));
+  *before = v;
   return !negative;
 }
 QM_WINDOW_INLINE void list_end_pop(tcache_fast_list_t *list, uint16_t before) {
-  (void)before;
-  QM_ADD_MEM("w", list->count, -1, "cc", "memory");
+  __asm__ volatile("movw %1, %0" : "=m"(list->count) : "r"((uint16_t)(before - 2)) : "memory");
 }
 /* Slow paths: false when a taker stopped the cache. */
 QM_WINDOW_INLINE bool window_enter(tcache_t *tc) {
