@@ -9,6 +9,8 @@
  * it inherited. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <link.h>
 #include <malloc.h>
 #include <math.h>
 #include <pthread.h>
@@ -380,6 +382,79 @@ static void test_fde_lookup_matches_libgcc(void) {
   CHECK_MSG(found > compared / 2, "only %d of %d addresses had an FDE", found, compared);
 #endif
   CHECK_EQ(differing, 0);
+}
+
+/* The rules are read from the object's file, not through its mapping (prof_unwind.c): reading
+ * the rules of 2,000 addresses of libc's text maps no page of the segment that holds libc's
+ * .eh_frame_hdr and .eh_frame. In a child, where fork left those read-only file pages unmapped
+ * (the kernel maps them again as they are touched): through the mapping, the table's search and
+ * the FDEs would map them, each with up to 15 neighbours. */
+typedef struct eh_segment_s {
+  uintptr_t pc, start, end;
+} eh_segment_t;
+
+static int find_eh_segment(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  eh_segment_t *e = arg;
+  uintptr_t hdr = 0;
+  bool holds_pc = false;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type == PT_LOAD && e->pc - (info->dlpi_addr + ph->p_vaddr) < ph->p_memsz) holds_pc = true;
+    if (ph->p_type == PT_GNU_EH_FRAME) hdr = info->dlpi_addr + ph->p_vaddr;
+  }
+  if (!holds_pc) return 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type == PT_LOAD && hdr - (info->dlpi_addr + ph->p_vaddr) < ph->p_memsz) {
+      e->start = info->dlpi_addr + ph->p_vaddr;
+      e->end = e->start + ph->p_memsz;
+    }
+  }
+  return 1;
+}
+
+/* Pages of [start, end) mapped in this process (/proc/self/pagemap's present bit), or -1. */
+static long pages_mapped(uintptr_t start, uintptr_t end) {
+  int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  long n = 0;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  for (uintptr_t p = start & ~(page - 1); p < end; p += page) {
+    uint64_t entry;
+    if (pread(fd, &entry, 8, (off_t)(p / page * 8)) != 8) n = -1;
+    else if (n >= 0 && (entry >> 63)) n++;
+  }
+  close(fd);
+  return n;
+}
+
+static void test_rules_read_from_file(void) {
+#if defined(__x86_64__)
+  uintptr_t text = (uintptr_t)dlsym(RTLD_DEFAULT, "getaddrinfo"); /* libc's, and no other test reads its rules */
+  CHECK(text != 0);
+  eh_segment_t e = {.pc = text};
+  dl_iterate_phdr(find_eh_segment, &e);
+  CHECK(e.end > e.start);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    long before = pages_mapped(e.start, e.end);
+    uint64_t rules_before = prof_unwind_rules_read();
+    for (uintptr_t i = 0; i < 2000; i++) prof_unwind_rule_at(text + 8 * i + 1);
+    uint64_t rules = prof_unwind_rules_read() - rules_before;
+    long after = pages_mapped(e.start, e.end);
+    if (before < 0 || after != before || rules < 1000) {
+      fprintf(stderr, "unit-prof: %llu rules read; pages of libc's unwind tables' segment mapped: %ld before, %ld after\n",
+              (unsigned long long)rules, before, after);
+      _exit(1);
+    }
+    _exit(0);
+  }
+  int status;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+#endif
 }
 
 /* ---- the unwinder allocates ------------------------------------------------------------------ */
@@ -814,6 +889,7 @@ int main(void) {
   test_rule_cache_full_window(); /* while the table is small: many addresses share a window */
   test_rule_cache_grows();
   test_fde_lookup_matches_libgcc();
+  test_rules_read_from_file();
   test_unwinder_allocates();
   test_signal_inside_profiler();
   test_peak(); /* before any large sample: the peak must be the one it makes */
