@@ -318,8 +318,9 @@ static bool cfi_read_encoded(cfi_reader_t *r, uint8_t enc, uintptr_t data_base, 
  * from the object's file instead, the same bytes come from the page cache and map nothing. The file
  * is used only if it is the object that is mapped: its GNU build ID, in a note the loader has read
  * already (so resident), must be the same bytes in the file. Otherwise (no build ID, no file: the
- * vDSO; a file replaced since it was loaded, or that cannot be opened) the mapping is read, as
- * before. The descriptor is open from the table's search to the rule's end (prof_rule_read). */
+ * vDSO; a file replaced since it was loaded, or that cannot be opened: a sandbox that refuses open
+ * with an error, a process out of descriptors) the mapping is read, as before. The descriptor is
+ * open from the table's search to the rule's end (prof_rule_read): no descriptor is kept. */
 typedef struct cfi_source_s {
   int fd;                  /* -1: the mapping */
   uintptr_t base;          /* the object's load bias (dlpi_addr) */
@@ -439,7 +440,7 @@ static void fde_search_table(uintptr_t hdr, size_t hdr_size, fde_search_t *s) {
   if (table_off + 4 <= head_len) memcpy(&ends[0], head + table_off, 4);
   else if (!cfi_fetch(&s->src, table, &ends[0], 4)) return;
   if (!cfi_fetch(&s->src, table + (count - 1) * 8, &ends[1], 4)) return;
-  uintptr_t low = hdr + (intptr_t)ends[0], high = hdr + (intptr_t)ends[1]; /* starts at lo and at hi - 1 */
+  uintptr_t low = hdr + (intptr_t)ends[0], high = hdr + (intptr_t)ends[1]; /* starts known below and above pc's entry, for the guesses */
   size_t lo = 0, hi = count, n = 0, from = 0;
   while (lo < hi) {
     size_t guess = s->pc <= low ? lo : s->pc >= high ? hi - 1 : lo + (size_t)((unsigned __int128)(s->pc - low) * (hi - 1 - lo) / (high - low));
