@@ -2,7 +2,7 @@
  * its cache taken back by the second idle scan after it went quiet, every byte of it, with its
  * budget; a thread that operated between two scans keeps its cache; the owner carries on after a
  * take; malloc_trim takes every quiet cache at once; a push caught between reading the count and
- * writing loses no object; and the protocol holds against owners that never stop (three threads churning objects with checked contents while scans run non-stop). */
+ * writing loses no object; a pop caught between its mark and its end keeps its list; and the protocol holds against owners that never stop (three threads churning objects with checked contents while scans run non-stop). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,6 +193,59 @@ static void test_push_in_flight(int when) {
             when, s_after.class_in_use[cls], s_before.class_in_use[cls]);
 }
 
+/* A pop in flight: malloc's fast path marked its list's count (odd) before the taker came, and
+ * finishes after it (tcache_window.h). The taker takes the owner's other lists and leaves that one
+ * alone, so the pop hands its object out once and ends by storing the count it found less two,
+ * the rest of the list still the owner's; the cache is consistent and every object accounted for. */
+static pthread_barrier_t pop_step;
+static int pop_bad;
+static const char *pop_check;
+
+static void *pop_worker(void *unused) {
+  (void)unused;
+  churn_all_sizes(5);
+  tcache_list_t *list = &tcache_self.lists[sizeclass_of(256)];
+  tcache_fast_list_t *fast = list_as_fast(list);
+  uint32_t length = list_length(list);
+  uint16_t before = 0;
+  void *obj = list->head;
+  bool began = length > 0 && list_begin_pop(fast, &before);
+  pthread_barrier_wait(&pop_step); /* 1: main takes the cache */
+  pthread_barrier_wait(&pop_step); /* 2: taken */
+  if (!began) {
+    pop_bad = 1;
+    return NULL;
+  }
+  list->head = freelist_take(obj);
+  list_end_pop(fast, before);
+  if (list_length(list) != length - 1) pop_bad |= 2; /* taken, or the count not the pop's */
+  memset(obj, 6, 256);
+  qm_free(obj);
+  qm_free(qm_malloc(48)); /* a list that was taken: the slow path repairs the cache */
+  tcache_t *tc = tcache_open();
+  pop_check = tcache_check(tc);
+  tcache_close(tc);
+  return NULL;
+}
+
+static void test_pop_in_flight(void) {
+  unsigned cls = sizeclass_of(256);
+  stats_snapshot_t s_before, s_after;
+  stats_snapshot(&s_before);
+  pthread_barrier_init(&pop_step, NULL, 2);
+  pthread_t t;
+  pthread_create(&t, NULL, pop_worker, NULL);
+  pthread_barrier_wait(&pop_step); /* 1 */
+  CHECK(tcache_reclaim_idle(true) > 0); /* the worker's other lists */
+  pthread_barrier_wait(&pop_step); /* 2 */
+  pthread_join(t, NULL);
+  stats_snapshot(&s_after);
+  CHECK_MSG(pop_bad == 0, "pop in flight: %s", pop_bad == 1 ? "the list was empty" : "its length changed under the pop");
+  CHECK_MSG(pop_check == NULL, "pop in flight: %s", pop_check ? pop_check : "");
+  CHECK_MSG(s_after.class_in_use[cls] == s_before.class_in_use[cls], "pop in flight: %zu in use, %zu before",
+            s_after.class_in_use[cls], s_before.class_in_use[cls]);
+}
+
 /* The race: owners that never stop, a taker that never stops. Each live object carries its owner,
  * slot and serial in its first and last words; one object handed out twice, or a list corrupted by
  * a take that overlapped an operation, shows as a mismatch or a crash. */
@@ -284,6 +337,7 @@ int main(void) {
   test_idle_thread();
   test_trim();
   for (int when = 0; when < 3; when++) test_push_in_flight(when);
+  test_pop_in_flight();
   test_race();
   return tu_summary("reclaim");
 }
