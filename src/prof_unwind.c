@@ -15,11 +15,13 @@
  * same address would be stepped with the old rules (the walk's checks stop it at a frame that
  * makes no sense, it never reads outside [sp, sp + PROF_UNWIND_MAX_FRAME] of the current frame). */
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <unwind.h>
 
@@ -320,7 +322,10 @@ static bool cfi_read_encoded(cfi_reader_t *r, uint8_t enc, uintptr_t data_base, 
  * already (so resident), must be the same bytes in the file. Otherwise (no build ID, no file: the
  * vDSO; a file replaced since it was loaded, or that cannot be opened: a sandbox that refuses open
  * with an error, a process out of descriptors) the mapping is read, as before. The descriptor is
- * open from the table's search to the rule's end (prof_rule_read): no descriptor is kept. */
+ * open from the table's search to the rule's end (prof_rule_read): no descriptor is kept. The
+ * calls are system calls, not libc's wrappers, which a program's interposer (fakeroot, a sandbox
+ * library) may replace with code that allocates or takes the loader's lock, held here by
+ * dl_iterate_phdr; and errno is restored, as a malloc that succeeds leaves it. */
 typedef struct cfi_source_s {
   int fd;                  /* -1: the mapping */
   uintptr_t base;          /* the object's load bias (dlpi_addr) */
@@ -352,7 +357,7 @@ static size_t cfi_fetch_upto(const cfi_source_t *src, uintptr_t addr, void *buf,
     memcpy(buf, (const void *)addr, n);
     return n;
   }
-  ssize_t got = pread(src->fd, buf, n, offset);
+  long got = syscall(SYS_pread64, src->fd, buf, n, offset);
   return got > 0 ? (size_t)got : 0;
 }
 
@@ -388,13 +393,13 @@ static int cfi_open_file(struct dl_phdr_info *info, const cfi_source_t *src) {
   const uint8_t *id = cfi_build_id(info, &id_len);
   const char *path = info->dlpi_name != NULL && info->dlpi_name[0] != '\0' ? info->dlpi_name : "/proc/self/exe";
   if (id == NULL || id_len > 64 || (info->dlpi_name != NULL && info->dlpi_name[0] != '\0' && info->dlpi_name[0] != '/')) return -1;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
   uint8_t copy[64];
   cfi_source_t file = *src;
   file.fd = fd;
   if (!cfi_fetch(&file, (uintptr_t)id, copy, id_len) || memcmp(copy, id, id_len) != 0) {
-    close(fd);
+    syscall(SYS_close, fd);
     return -1;
   }
   return fd;
@@ -652,17 +657,19 @@ static uint64_t prof_rule_from_fde(const fde_search_t *found, uintptr_t key) {
 }
 
 static uint64_t prof_rule_read(uintptr_t key, bool libgcc_only) {
+  int saved_errno = errno; /* a sampled malloc that succeeds leaves errno as it was */
   fde_search_t found = {.pc = key, .src = {.fd = -1}};
   if (!libgcc_only) dl_iterate_phdr(fde_search_object, &found);
   if (!found.searched && prof_unwind_present()) { /* an object without a table: libgcc has other ways */
-    if (found.src.fd >= 0) close(found.src.fd);
+    if (found.src.fd >= 0) syscall(SYS_close, found.src.fd);
     found.src.fd = -1; /* libgcc's FDE is read in memory */
     struct dwarf_eh_bases bases;
     found.fde = (uintptr_t)unwind_find_fde((void *)key, &bases);
     found.func = (uintptr_t)bases.func;
   }
   uint64_t rule = prof_rule_from_fde(&found, key);
-  if (found.src.fd >= 0) close(found.src.fd);
+  if (found.src.fd >= 0) syscall(SYS_close, found.src.fd);
+  errno = saved_errno;
   return rule;
 }
 
