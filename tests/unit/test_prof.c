@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -388,7 +389,8 @@ static void test_fde_lookup_matches_libgcc(void) {
  * the rules of 2,000 addresses of libc's text maps no page of the segment that holds libc's
  * .eh_frame_hdr and .eh_frame. In a child, where fork left those read-only file pages unmapped
  * (the kernel maps them again as they are touched): through the mapping, the table's search and
- * the FDEs would map them, each with up to 15 neighbours. */
+ * the FDEs would map them, each with up to 15 neighbours. Then, with no descriptor left to open,
+ * the rules are read through the mapping and errno is left as it was. */
 typedef struct eh_segment_s {
   uintptr_t pc, start, end;
 } eh_segment_t;
@@ -448,6 +450,19 @@ static void test_rules_read_from_file(void) {
       fprintf(stderr, "unit-prof: %llu rules read; pages of libc's unwind tables' segment mapped: %ld before, %ld after\n",
               (unsigned long long)rules, before, after);
       _exit(1);
+    }
+    /* No descriptor to open (a limit of 0): the rules are read through the mapping instead, and
+     * errno is as it was (a sampled malloc that succeeds does not change it). */
+    struct rlimit none = {0, 0};
+    uintptr_t other = (uintptr_t)dlsym(RTLD_DEFAULT, "getpwnam");
+    if (other == 0 || setrlimit(RLIMIT_NOFILE, &none) != 0) _exit(2);
+    errno = 4242;
+    rules_before = prof_unwind_rules_read();
+    for (uintptr_t i = 0; i < 200; i++) prof_unwind_rule_at(other + 8 * i + 1);
+    rules = prof_unwind_rules_read() - rules_before;
+    if (errno != 4242 || rules < 100) {
+      fprintf(stderr, "unit-prof: with no descriptor left, %llu rules read, errno %d\n", (unsigned long long)rules, errno);
+      _exit(3);
     }
     _exit(0);
   }
