@@ -408,8 +408,8 @@ static int cfi_open_file(struct dl_phdr_info *info, const cfi_source_t *src) {
 /* ---- finding a return address's FDE: the object's .eh_frame_hdr, without libgcc -------------
  * The linker writes PT_GNU_EH_FRAME: a header and a table of (function start, FDE) pairs sorted by
  * start, as 4-byte offsets from the header (datarel sdata4, the only table encoding GNU ld, gold
- * and lld write). A binary search in the table of the object holding pc finds the FDE, as
- * libgcc's _Unwind_Find_FDE does for such objects. dl_iterate_phdr takes the loader's lock, as
+ * and lld write). A search in the table of the object holding pc finds the FDE, as libgcc's
+ * _Unwind_Find_FDE does for such objects (it bisects; fde_search_table interpolates, below). dl_iterate_phdr takes the loader's lock, as
  * libgcc's search does; it runs once per return address (the rules are cached). */
 typedef struct fde_search_s {
   uintptr_t pc;
