@@ -50,7 +50,9 @@ QM_NOINLINE QM_COLD void harden_reject(harden_defect_t defect, const char *call,
 
 size_t harden_request_size(void *obj, unsigned cls, const char *call) {
   if (freelist_tagged(obj, freelist_key(obj))) check_fail_invalid(call, obj); /* freed: in a quarantine or a list */
-  return harden_live_size(obj, sizeclass_size[cls], call);
+  size_t n;
+  if (!harden_tail_intact(obj, sizeclass_size[cls], &n)) harden_fail_overflow(call, obj);
+  return n;
 }
 
 /* To n bytes: the new canary is written, exactly [n, its end) (harden_write_tail's vector may

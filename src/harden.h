@@ -222,14 +222,6 @@ QM_INLINE bool harden_tail_intact(const void *obj, size_t slot, size_t *n) {
   return QM_LIKELY(*n <= record && harden_canary_intact(obj, *n, slot));
 }
 
-/* The request size of live obj (slot bytes), read from its record, with its canary checked (else
- * "<call>: overflow past the end of the block"). */
-QM_INLINE size_t harden_live_size(const void *obj, size_t slot, const char *call) {
-  size_t n;
-  if (!harden_tail_intact(obj, slot, &n)) harden_fail_overflow(call, obj);
-  return n;
-}
-
 /* Whether the last word of the slot before obj (span_start: the first slot of obj's span) is a
  * valid record (that block is live), the pattern (free, of 32 bytes or more), or for 16-byte slots
  * the free tag or 0 (the moment between a pop and the record's store). Anything else: an underflow

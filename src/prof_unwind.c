@@ -391,8 +391,8 @@ static const uint8_t *cfi_build_id(struct dl_phdr_info *info, size_t *len) {
 static int cfi_open_file(struct dl_phdr_info *info, const cfi_source_t *src) {
   size_t id_len;
   const uint8_t *id = cfi_build_id(info, &id_len);
-  const char *path = info->dlpi_name != NULL && info->dlpi_name[0] != '\0' ? info->dlpi_name : "/proc/self/exe";
-  if (id == NULL || id_len > 64 || (info->dlpi_name != NULL && info->dlpi_name[0] != '\0' && info->dlpi_name[0] != '/')) return -1;
+  const char *path = info->dlpi_name != NULL && info->dlpi_name[0] != '\0' ? info->dlpi_name : "/proc/self/exe"; /* "": the program */
+  if (id == NULL || id_len > 64 || path[0] != '/') return -1; /* a relative name was relative to another directory, maybe */
   int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
   uint8_t copy[64];
@@ -437,8 +437,9 @@ static void fde_search_table(uintptr_t hdr, size_t hdr_size, fde_search_t *s) {
   uintptr_t table = hdr + table_off;
   /* The entries [0, lo) start at or below pc, [hi, count) above it. Each read fetches a window of
    * FDE_WINDOW entries (one pread from a file), placed where pc falls between the starts known at
-   * lo - 1 and hi (functions are spread about evenly over the text): an interpolation search, 1 to
-   * 3 reads for libc's 3,700 entries where a binary search of single entries took 12. */
+   * lo - 1 and hi (functions are spread roughly evenly over the text): an interpolation search, 3
+   * or 4 reads for libc's 3,700 entries (2,000 return addresses in 16 KiB of its text: 3.26 on
+   * average, strace), where a binary search of single entries took 12. */
   int32_t window[2 * FDE_WINDOW];
   int32_t ends[2]; /* the first entry's start (in the header's read, as a rule) and the last's */
   if (count == 0) return;

@@ -123,14 +123,15 @@ QM_WINDOW_INLINE void list_store_head_release(tcache_fast_list_t *list, void *he
 #define QM_ADD_MEM(suffix, field, delta, ...) \
   __asm__ volatile("add" suffix " %1, %0" : "+m"(field) : "i"(delta) : __VA_ARGS__)
 /* A pop: the marking subtract, an exchange-and-add of -1 in memory (one instruction, as the
- * window needs), whose sign decides and which leaves the count it found in *before; at its end a
- * plain store of that count less two (odd to even: one object fewer). While the count is odd no
- * taker can stop the list (its compare-and-swap expects an even count), so nothing but this pop
- * writes the count between the two, and the end need not read it again. Each read-modify-write of
- * the count in memory waits for the store before it (a store-to-load forward, about 5 cycles),
- * and the count's chain runs from pair to pair: with a second subtract in memory at the end the
- * chain was three of them a malloc+free pair (the push's add is the third), and it, not the
- * instructions, set the pace of a hot pair; now it is two. 2 instructions more on malloc (the -1
+ * window needs), whose sign decides and which leaves the count it found in *before; at its end
+ * a plain store of that count less two (list_end_pop, below, as on aarch64). While the count is
+ * odd no taker can stop the list (its compare-and-swap expects an even count), so nothing but
+ * this pop writes the count between the two, and the end need not read it again. Each
+ * read-modify-write of the count in memory waits for the store before it (a store-to-load
+ * forward, several cycles), and the count's chain runs from pair to pair: with a second subtract
+ * in memory at the end the chain was three of them a malloc+free pair (the push's add is the
+ * third), and, as the timings show (no hardware counters here to say more), it set the pace of a
+ * hot pair; now it is two. 2 instructions more on malloc (the -1
  * in a register and the end's subtract), and malloc-test at 512 bytes about a quarter faster
  * (docs/fastpath.md). False when the list is empty, at its floor, or stopped. */
 QM_WINDOW_INLINE bool list_begin_pop(tcache_fast_list_t *list, uint16_t *before) {
@@ -139,9 +140,6 @@ QM_WINDOW_INLINE bool list_begin_pop(tcache_fast_list_t *list, uint16_t *before)
   __asm__ volatile("xaddw %1, %0" : "+m"(list->count), "+r"(v), "=@ccs"(negative));
   *before = v;
   return !negative;
-}
-QM_WINDOW_INLINE void list_end_pop(tcache_fast_list_t *list, uint16_t before) {
-  __asm__ volatile("movw %1, %0" : "=m"(list->count) : "r"((uint16_t)(before - 2)) : "memory");
 }
 /* Slow paths: false when a taker stopped the cache. */
 QM_WINDOW_INLINE bool window_enter(tcache_t *tc) {
@@ -155,14 +153,14 @@ QM_WINDOW_INLINE bool list_begin_pop(tcache_fast_list_t *list, uint16_t *before)
   *before = __atomic_fetch_sub(&list->count, 1, __ATOMIC_SEQ_CST);
   return (int16_t)(*before - 1) >= 0;
 }
-QM_WINDOW_INLINE void list_end_pop(tcache_fast_list_t *list, uint16_t before) {
-  list_store_count_release(list, (uint16_t)(before - 2));
-}
 QM_WINDOW_INLINE bool window_enter(tcache_t *tc) {
   return __atomic_add_fetch(&tc->op_seq, 1, __ATOMIC_SEQ_CST) >= 0;
 }
 #endif
 
+/* A pop's end, on every architecture: the count its begin found, less two (odd to even: one
+ * object fewer), stored after the list's stores. */
+QM_WINDOW_INLINE void list_end_pop(tcache_fast_list_t *list, uint16_t before) { list_store_count_release(list, (uint16_t)(before - 2)); }
 QM_WINDOW_INLINE void list_undo_pop(tcache_fast_list_t *list) { QM_ADD_MEM("w", list->count, 1, "cc"); }
 /* A push's end: an add in memory, not a store of the count it read, so that a stop bit set since
  * survives it ("memory": the link and head stores stay before it). */

@@ -16,10 +16,10 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
-#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
