@@ -11,9 +11,11 @@ Why these classes:
   quick preset (5 repetitions) realloc-mix took 0.892 of the time and 0.963 of the peak RSS,
   remote-stream 0.920, t-test1 with sizes to 32 KiB 0.89 (one thread, 9 interleaved runs), since
   each list and span of the coarser classes sees more traffic; but mixed-stress's peak RSS rose
-  12% (its objects are written sparsely, so larger slots spread them over more pages) and
-  server-mix's 5%, the speed metrics over all benchmarks 0.995 (0.961-1.038). From 8 KiB or
-  32 KiB up the same.
+  12% and server-mix's 5%, the speed metrics over all benchmarks 0.995 (0.961-1.038). (Probably
+  because mixed-stress writes only the first 256 bytes and the last byte of each object: the
+  emptier the end of a slot, the likelier that object's last byte and the next one's first sit on
+  different pages. Not measured apart.) From 8 KiB up the same in the same run; from 32 KiB up,
+  realloc-mix the same with one thread and mixed-stress's peak RSS 16% higher (4 threads).
 - Every class size is a multiple of 16, so every object is 16-byte aligned; a class whose size is
   a multiple of 64 starts each object on a cache line, because spans start on a page boundary.
 - Pages per span: the fewest pages whose tail waste is at most 1/8 of the span and that hold at
