@@ -80,7 +80,7 @@ QM_INLINE bool prof_countdown_expired(size_t size, uintptr_t tls_offset) {
  * exiting, has empty lists.) The object handed out must carry its free tag, which is cleared
  * (freelist.h): a list whose link was overwritten stops the program here. */
 QM_INLINE void *tcache_pop(tcache_fast_list_t *list) {
-  uint16_t before = 0; /* the count the pop found (list_begin_pop), which its end stores less two */
+  uint16_t before; /* the count the pop found (list_begin_pop), which its end stores less two */
   /* The head is read before the pop's mark: a pop that gives up does not use it, and the
    * head-to-next chain starts earlier (malloc-test 3% faster, measured). */
   void *obj = list->head;

@@ -1,13 +1,12 @@
 /* Windows: how another thread can take back the cache of a thread that stopped allocating, with
- * no lock and no atomic instruction on the owner's fast paths, and no test added to them (the
- * pop's mark is how it keeps its count: 2 instructions more than two subtracts in memory, which
- * made a hot pair slower, below).
+ * no lock and no atomic instruction on the owner's fast paths, and no test added to them.
  *
  * What the owner already does serves as its marks:
  *   - a pop subtracts one from its list's count before it touches the list (an exchange-and-add,
  *     which also hands it the count it found), and stores that count less two after it (counts
  *     are in halves: odd = inside a pop). The subtract's sign is the test a pop needs anyway (an
- *     empty list, or one at its floor, has count 0), so the mark is free;
+ *     empty list, or one at its floor, has count 0), so the mark adds no test; the -1 in a
+ *     register and the count's subtract before the end's store are 2 instructions (list_begin_pop);
  *   - a push reads the count, compares it with max_count, links the object, and adds two to the
  *     count in memory as its last step. It makes no mark: a taker copes with one push in flight
  *     instead (below);
