@@ -316,8 +316,8 @@ static bool cfi_read_encoded(cfi_reader_t *r, uint8_t enc, uintptr_t data_base, 
  * kernel maps every page of the 64 KiB around a fault that is in the page cache, and libc's are),
  * and they stay in the process's RSS: a first sample whose stack passes through libc (any thread's
  * start_thread) read two such windows, 128 KiB of libc's read-only data, more than the profiler's
- * own tables (mtbench prodcons --pairs 1: 2,250 KB of peak RSS; 2,130 reading the file). Read with pread
- * from the object's file instead, the same bytes come from the page cache and map nothing. The file
+ * own tables (mtbench prodcons --pairs 1: 2,250 KB of peak RSS; 2,130 reading the file). Read
+ * with pread from the object's file instead, the same bytes come from the page cache and map nothing. The file
  * is used only if it is the object that is mapped: its GNU build ID, in a note the loader has read
  * already (so resident), must be the same bytes in the file. Otherwise (no build ID, no file: the
  * vDSO; a file replaced since it was loaded, or that cannot be opened: a sandbox that refuses open
@@ -409,8 +409,9 @@ static int cfi_open_file(struct dl_phdr_info *info, const cfi_source_t *src) {
  * The linker writes PT_GNU_EH_FRAME: a header and a table of (function start, FDE) pairs sorted by
  * start, as 4-byte offsets from the header (datarel sdata4, the only table encoding GNU ld, gold
  * and lld write). A search in the table of the object holding pc finds the FDE, as libgcc's
- * _Unwind_Find_FDE does for such objects (it bisects; fde_search_table interpolates, below). dl_iterate_phdr takes the loader's lock, as
- * libgcc's search does; it runs once per return address (the rules are cached). */
+ * _Unwind_Find_FDE does for such objects (it bisects; fde_search_table interpolates, below).
+ * dl_iterate_phdr takes the loader's lock, as libgcc's search does; it runs once per return
+ * address (the rules are cached). */
 typedef struct fde_search_s {
   uintptr_t pc;
   uintptr_t fde;      /* 0: no FDE covers pc */

@@ -130,9 +130,9 @@ QM_WINDOW_INLINE void list_store_head_release(tcache_fast_list_t *list, void *he
  * forward, several cycles), and the count's chain runs from pair to pair: with a second subtract
  * in memory at the end the chain was three of them a malloc+free pair (the push's add is the
  * third), and, as the timings show (no hardware counters here to say more), it set the pace of a
- * hot pair; now it is two. 2 instructions more on malloc (the -1
- * in a register and the end's subtract), and malloc-test at 512 bytes about a quarter faster
- * (docs/fastpath.md). False when the list is empty, at its floor, or stopped. */
+ * hot pair; now it is two. 2 instructions more on malloc (the -1 in a register and the end's
+ * subtract), and malloc-test at 512 bytes about a quarter faster (docs/fastpath.md). False when
+ * the list is empty, at its floor, or stopped. */
 QM_WINDOW_INLINE bool list_begin_pop(tcache_fast_list_t *list, uint16_t *before) {
   bool negative;
   uint16_t v = (uint16_t)-1;
@@ -159,7 +159,9 @@ QM_WINDOW_INLINE bool window_enter(tcache_t *tc) {
 
 /* A pop's end, on every architecture: the count its begin found, less two (odd to even: one
  * object fewer), stored after the list's stores. */
-QM_WINDOW_INLINE void list_end_pop(tcache_fast_list_t *list, uint16_t before) { list_store_count_release(list, (uint16_t)(before - 2)); }
+QM_WINDOW_INLINE void list_end_pop(tcache_fast_list_t *list, uint16_t before) {
+  list_store_count_release(list, (uint16_t)(before - 2));
+}
 QM_WINDOW_INLINE void list_undo_pop(tcache_fast_list_t *list) { QM_ADD_MEM("w", list->count, 1, "cc"); }
 /* A push's end: an add in memory, not a store of the count it read, so that a stop bit set since
  * survives it ("memory": the link and head stores stay before it). */

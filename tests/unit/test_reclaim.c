@@ -2,7 +2,9 @@
  * its cache taken back by the second idle scan after it went quiet, every byte of it, with its
  * budget; a thread that operated between two scans keeps its cache; the owner carries on after a
  * take; malloc_trim takes every quiet cache at once; a push caught between reading the count and
- * writing loses no object; a pop caught between its mark and its end keeps its list; and the protocol holds against owners that never stop (three threads churning objects with checked contents while scans run non-stop). */
+ * writing loses no object; a pop caught between its mark and its end keeps its list; and the
+ * protocol holds against owners that never stop (three threads churning objects with checked
+ * contents while scans run non-stop). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
