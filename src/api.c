@@ -676,6 +676,20 @@ static QM_NOINLINE void *realloc_hardened(void *ptr, size_t size) {
       span_t *moved = pageheap_remap(b.span, npages);
       harden_guard_large(moved ? moved : b.span);
       if (moved) return (void *)moved->start;
+    } else if (!b.span->direct && size > SMALL_MAX && size <= PTRDIFF_MAX && npages > b.span->npages) {
+      /* Grown over the free pages after it, as in the default build, its guard moved to its new
+       * last page: a block grown a little at a time was copied at every step (growing one to
+       * 32 MiB in 8 KiB steps took 6.7 s; glibc 0.02 s). */
+      harden_unguard_large(b.span);
+      bool grown = pageheap_resize_in_place(b.span, npages);
+      harden_guard_large(b.span);
+      if (grown) {
+        if (b.span->sampled) { /* a sampled block stays sampled, with its new size (as above) */
+          sampled_mark(b.span, size);
+          prof_resized(ptr, ptr, size);
+        }
+        return ptr;
+      }
     }
   }
   void *fresh = malloc_hardened(size);

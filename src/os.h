@@ -45,6 +45,20 @@ size_t os_guard_size(void);
  * two, at least PAGE_SIZE), with the guards asked for (PROT_NONE, not counted as mapped); only
  * `size` bytes and the guards stay mapped. NULL if the kernel refused. */
 void *os_map(size_t size, size_t alignment, os_map_kind_t kind, os_guard_t guard);
+/* Maps `size` bytes of zeroed, readable and writable memory (OS_COMMIT) with a guard on each side,
+ * at the same offset modulo 2 MiB as `like` (to the kernel page): the target of a huge block's move
+ * (os_move), which the kernel then makes by shifting whole page tables, not every page's entry.
+ * NULL if refused. */
+void *os_map_guarded_like(size_t size, uintptr_t like);
+typedef enum {
+  OS_GROWN,                /* grown in place, its guard at the new end */
+  OS_NOT_GROWN,            /* nothing changed */
+  OS_NOT_GROWN_GUARD_LOST, /* not grown, and its guard's place taken meanwhile: it has none now */
+} os_grow_t;
+/* Grows the mapping at addr, made with a guard on each side (os_map's OS_GUARD_AROUND), from
+ * old_size to new_size bytes where it is, its guard moved to the new end: only if the address
+ * space past it is free. */
+os_grow_t os_grow_guarded(void *addr, size_t old_size, size_t new_size);
 /* Maps `size` bytes of zeroed memory (OS_COMMIT) ending exactly at `end` (both multiples of the
  * kernel page), only if nothing is mapped there: so that the page heap grows as one region whose
  * free runs coalesce across chunks. NULL if the range is taken or the kernel refused. */

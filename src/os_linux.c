@@ -39,16 +39,20 @@ size_t os_guard_size(void) {
   return kernel_page > PAGE_SIZE ? kernel_page : PAGE_SIZE;
 }
 
+/* Page tables cover 2 MiB each on x86-64 (and on aarch64 with 4 KiB pages): a move shifts whole
+ * tables only between ranges alike modulo this. */
+#define OS_TABLE_SPAN ((uintptr_t)2 << 20)
+
 /* Maps `size` bytes at the first address that is `offset` modulo `period` (a power of two; offset
  * a multiple of the kernel page below it) past the start of a reservation plus `before`, with
  * `before` and `after` bytes kept reserved PROT_NONE around it (guards), and gives back the rest
- * of the reservation. NULL if refused; *stranded then holds the bytes left reserved if not even
+ * of the reservation (at least `room` bytes of it past `after`: free address space there). NULL if refused; *stranded then holds the bytes left reserved if not even
  * the reservation could be given back (the map-count limit), else 0. */
 static char *os_map_placed(size_t size, size_t period, uintptr_t offset, os_map_kind_t kind, size_t before, size_t after,
-                           size_t *stranded) {
+                           size_t room, size_t *stranded) {
   size_t kernel_page = os_kernel_page();
   size_t slack = period > kernel_page ? period - kernel_page : 0;
-  size_t reserve = before + size + after + slack;
+  size_t reserve = before + size + after + slack + room;
   *stranded = 0;
   char *r = reserve < size ? MAP_FAILED : mmap(NULL, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (r == MAP_FAILED) return NULL;
@@ -74,11 +78,61 @@ void *os_map(size_t size, size_t alignment, os_map_kind_t kind, os_guard_t guard
     /* Aligned, or with guards: placed in a reservation that has room for both. A reservation
      * that could not be given back is counted as mapped, so that the statistics say where it went. */
     size_t stranded;
-    result = os_map_placed(size, alignment, 0, kind, before, after, &stranded);
+    result = os_map_placed(size, alignment, 0, kind, before, after, 0, &stranded);
     if (stranded) stats_mapped_add((intptr_t)stranded);
   }
   errno = saved;
   if (result != NULL) stats_mapped_add((intptr_t)size);
+  return result;
+}
+
+void *os_map_guarded_like(size_t size, uintptr_t like) {
+  int saved = errno;
+  size_t stranded, guard = os_guard_size();
+  /* An eighth of the size more reserved and given back past the guard: room to grow into where
+   * it is (os_grow_guarded), so that a block grown a little at a time moves once per eighth. */
+  size_t room = (size / 8) & ~(os_kernel_page() - 1);
+  char *p = os_map_placed(size, OS_TABLE_SPAN, like & (OS_TABLE_SPAN - 1) & ~(uintptr_t)(os_kernel_page() - 1), OS_COMMIT,
+                          guard, guard, room, &stranded);
+  if (stranded) stats_mapped_add((intptr_t)stranded);
+  errno = saved;
+  if (p != NULL) stats_mapped_add((intptr_t)size);
+  return p;
+}
+
+os_grow_t os_grow_guarded(void *addr, size_t old_size, size_t new_size) {
+  size_t guard = os_guard_size(), grow = new_size - old_size;
+  uintptr_t old_end = (uintptr_t)addr + old_size, new_end = old_end + grow;
+  if (new_size <= old_size || grow < guard) return OS_NOT_GROWN;
+  int saved = errno;
+  os_grow_t result = OS_NOT_GROWN;
+  /* The address space past the guard claimed first, only if free: then the old guard and all of
+   * the claim but its last guard's worth (the new guard) unmapped, and the mapping extended over
+   * them where it is (mremap without MREMAP_MAYMOVE). So the block stays one mapping, which its
+   * next move needs (mremap moves one mapping only); writable pages mapped in its place would be a
+   * second one (another page offset). Until the mremap, the old guard's range is a hole, where
+   * another thread's mapping could land: then the old guard cannot come back either. */
+  char *claim = mmap((void *)(old_end + guard), grow, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+  if (claim != MAP_FAILED && claim != (char *)(old_end + guard)) { /* before 4.17: a hint only */
+    munmap(claim, grow);
+  } else if (claim != MAP_FAILED) {
+    if (munmap((void *)old_end, grow) != 0) { /* refused (the map count): nothing unmapped */
+      munmap(claim, grow);
+    } else if (mremap(addr, old_size, new_size, 0) != MAP_FAILED) {
+      result = OS_GROWN;
+    } else {
+      void *back = mmap((void *)old_end, grow, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+      if (back == (void *)old_end) {
+        munmap((void *)(old_end + guard), grow); /* back as before: the old guard, nothing past it */
+      } else {
+        if (back != MAP_FAILED) munmap(back, grow);
+        munmap((void *)new_end, guard); /* the claim's last piece: still ours */
+        result = OS_NOT_GROWN_GUARD_LOST;
+      }
+    }
+  }
+  errno = saved;
+  if (result == OS_GROWN) stats_mapped_add((intptr_t)grow);
   return result;
 }
 
@@ -137,15 +191,12 @@ bool os_move(void *addr, size_t old_size, size_t new_size, void *target) {
   return ok;
 }
 
-/* Page tables cover 2 MiB each on x86-64 (and on aarch64 with 4 KiB pages): a move shifts whole
- * tables only between ranges alike modulo this. */
-#define OS_TABLE_SPAN ((uintptr_t)2 << 20)
 
 void *os_map_shadow(size_t size, uintptr_t like) {
   int saved = errno;
   size_t stranded; /* (not counted: shadows are not) */
   /* Charged like the chunk (OS_COMMIT), so that pieces moved in and out can merge with it. */
-  void *p = os_map_placed(size, OS_TABLE_SPAN, like & (OS_TABLE_SPAN - 1), OS_COMMIT, 0, 0, &stranded);
+  void *p = os_map_placed(size, OS_TABLE_SPAN, like & (OS_TABLE_SPAN - 1), OS_COMMIT, 0, 0, 0, &stranded);
   errno = saved;
   return p;
 }

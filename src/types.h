@@ -31,6 +31,7 @@ typedef struct span_s {
   uint8_t aged;        /* SPAN_FREE_BACKED: on the age list (it holds a whole kernel page to release) */
   uint8_t sampled;     /* SPAN_LARGE: a block the heap profiler sampled (prof.c); its free tells it */
   uint8_t parked;      /* free, hardened build: may hold parked or protected pages (harden_park.c) */
+  uint8_t guard_lost;  /* direct: no guard after it (its place was taken while it grew: os_grow_guarded) */
   struct span_s *next; /* page-heap free list, or the central list of spans with free objects */
   struct span_s *prev;
   union {
