@@ -63,22 +63,30 @@ static bool read_faults(const volatile char *p) {
   return WIFSIGNALED(status) && (WTERMSIG(status) == SIGSEGV || WTERMSIG(status) == SIGBUS);
 }
 
+/* A block of *size bytes grown by `steps` reallocs of STEP bytes, filled as it grows; *size is its
+ * size then, *moves how many of the reallocs moved it. */
+static char *grown_block(const family_t *f, size_t *size, int steps, unsigned *moves) {
+  char *p = f->malloc(*size);
+  CHECK_MSG(p != NULL, "%s: malloc(%zu) failed", f->name, *size);
+  if (p == NULL) return NULL;
+  fill(p, 0, *size);
+  for (int i = 0; i < steps; i++) {
+    char *q = f->realloc(p, *size + STEP);
+    CHECK_MSG(q != NULL, "%s: realloc(%zu -> %zu) failed", f->name, *size, *size + STEP);
+    if (q == NULL) break;
+    *moves += q != p;
+    fill(q, *size, *size + STEP);
+    p = q;
+    *size += STEP;
+  }
+  return p;
+}
+
 static void test_growth(const family_t *f) {
   size_t size = START;
-  char *p = f->malloc(size);
-  CHECK_MSG(p != NULL, "%s: malloc(%zu) failed", f->name, size);
-  if (p == NULL) return;
-  fill(p, 0, size);
   unsigned moves = 0;
-  for (int i = 0; i < STEPS; i++) {
-    char *q = f->realloc(p, size + STEP);
-    CHECK_MSG(q != NULL, "%s: realloc(%zu -> %zu) failed", f->name, size, size + STEP);
-    if (q == NULL) break;
-    moves += q != p;
-    fill(q, size, size + STEP);
-    p = q;
-    size += STEP;
-  }
+  char *p = grown_block(f, &size, STEPS, &moves);
+  if (p == NULL) return;
   /* Room past a moved block is an eighth of its size (4 MiB here): at most the first growth and
    * one more move. 8 leaves the kernel free to place a few mappings of its own there. */
   CHECK_MSG(moves <= 8, "%s: %d growths of %zu bytes moved the block %u times", f->name, STEPS, STEP, moves);
@@ -114,20 +122,9 @@ static void test_growth(const family_t *f) {
  * after it; the hardened build, which copied it at every step, moves its guard page along. */
 static void test_large_growth(const family_t *f) {
   size_t size = (size_t)1 << 20;
-  char *p = f->malloc(size);
-  CHECK_MSG(p != NULL, "%s: malloc(%zu) failed", f->name, size);
-  if (p == NULL) return;
-  fill(p, 0, size);
   unsigned moves = 0;
-  for (int i = 0; i < 256; i++) {
-    char *q = f->realloc(p, size + STEP);
-    CHECK_MSG(q != NULL, "%s: realloc(%zu -> %zu) failed", f->name, size, size + STEP);
-    if (q == NULL) break;
-    moves += q != p;
-    fill(q, size, size + STEP);
-    p = q;
-    size += STEP;
-  }
+  char *p = grown_block(f, &size, 256, &moves);
+  if (p == NULL) return;
   CHECK_MSG(moves <= 8, "%s: 256 growths of a large block moved it %u times", f->name, moves);
   CHECK_MSG(damaged(p, size) == 0, "%s: %zu pages of the large block lost their contents", f->name, damaged(p, size));
   const char *so = getenv("QMALLOC_SO");
