@@ -46,8 +46,9 @@ size_t os_guard_size(void) {
 /* Maps `size` bytes at the first address that is `offset` modulo `period` (a power of two; offset
  * a multiple of the kernel page below it) past the start of a reservation plus `before`, with
  * `before` and `after` bytes kept reserved PROT_NONE around it (guards), and gives back the rest
- * of the reservation (at least `room` bytes of it past `after`: free address space there). NULL if refused; *stranded then holds the bytes left reserved if not even
- * the reservation could be given back (the map-count limit), else 0. */
+ * of the reservation (at least `room` bytes of it past `after`: free address space there). NULL
+ * if refused; *stranded then holds the bytes left reserved if not even the reservation could be
+ * given back (the map-count limit), else 0. */
 static char *os_map_placed(size_t size, size_t period, uintptr_t offset, os_map_kind_t kind, size_t before, size_t after,
                            size_t room, size_t *stranded) {
   size_t kernel_page = os_kernel_page();
@@ -112,7 +113,8 @@ os_grow_t os_grow_guarded(void *addr, size_t old_size, size_t new_size) {
    * next move needs (mremap moves one mapping only); writable pages mapped in its place would be a
    * second one (another page offset). Until the mremap, the old guard's range is a hole, where
    * another thread's mapping could land: then the old guard cannot come back either. */
-  char *claim = mmap((void *)(old_end + guard), grow, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+  const int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE;
+  char *claim = mmap((void *)(old_end + guard), grow, PROT_NONE, flags, -1, 0);
   if (claim != MAP_FAILED && claim != (char *)(old_end + guard)) { /* before 4.17: a hint only */
     munmap(claim, grow);
   } else if (claim != MAP_FAILED) {
@@ -121,7 +123,7 @@ os_grow_t os_grow_guarded(void *addr, size_t old_size, size_t new_size) {
     } else if (mremap(addr, old_size, new_size, 0) != MAP_FAILED) {
       result = OS_GROWN;
     } else {
-      void *back = mmap((void *)old_end, grow, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+      void *back = mmap((void *)old_end, grow, PROT_NONE, flags, -1, 0);
       if (back == (void *)old_end) {
         munmap((void *)(old_end + guard), grow); /* back as before: the old guard, nothing past it */
       } else {
@@ -190,7 +192,6 @@ bool os_move(void *addr, size_t old_size, size_t new_size, void *target) {
   if (ok) stats_mapped_add(-(intptr_t)old_size); /* target was counted when it was mapped */
   return ok;
 }
-
 
 void *os_map_shadow(size_t size, uintptr_t like) {
   int saved = errno;
