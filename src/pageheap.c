@@ -586,6 +586,10 @@ bool pageheap_resize_in_place(span_t *span, size_t new_npages) {
   if (new_npages < span->npages) {
     span_t *tail = span_new(span->start + new_npages * PAGE_SIZE, span->npages - new_npages, SPAN_FREE_BACKED);
     if (tail != NULL) {
+      if (qm_hardened) { /* the pages given up become inaccessible, as a freed large block's */
+        harden_park(tail->start, tail->npages * PAGE_SIZE);
+        tail->parked = 1;
+      }
       pageheap.large_bytes -= tail->npages * PAGE_SIZE;
       tail->freed_ms = os_now_ms();
       span->npages = (uint32_t)new_npages;

@@ -7,7 +7,8 @@
  *    moves it with mremap (no copy: the kernel moves one mapping only, and a block made of two
  *    would have been copied), contents intact;
  *  - its guard follows its end: a read just past the grown block faults (in a child);
- *  - a large block inside the page heap grows so too, in both builds (test_large_growth). */
+ *  - a large block inside the page heap grows so too, in both builds, and shrinks where it is
+ *    (test_large_growth, test_large_shrink). */
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -133,10 +134,38 @@ static void test_large_growth(const family_t *f) {
   f->free(p);
 }
 
+/* A large block shrunk a little at a time stays where it is; in the hardened build the pages it
+ * gives up become inaccessible (as a freed large block's) and its guard follows its end. */
+static void test_large_shrink(const family_t *f) {
+  size_t size = (size_t)2 << 20, first = size;
+  char *p = f->malloc(size);
+  CHECK_MSG(p != NULL, "%s: malloc(%zu) failed", f->name, size);
+  if (p == NULL) return;
+  fill(p, 0, size);
+  unsigned moves = 0;
+  for (int i = 0; i < 64; i++) {
+    char *q = f->realloc(p, size - STEP);
+    CHECK_MSG(q != NULL, "%s: realloc(%zu -> %zu) failed", f->name, size, size - STEP);
+    if (q == NULL) break;
+    moves += q != p;
+    p = q;
+    size -= STEP;
+  }
+  CHECK_MSG(moves == 0, "%s: 64 shrinks of a large block moved it %u times", f->name, moves);
+  CHECK_MSG(damaged(p, size) == 0, "%s: %zu pages of the shrunk block lost their contents", f->name, damaged(p, size));
+  const char *so = getenv("QMALLOC_SO");
+  if (moves == 0 && so != NULL && strstr(so, "hardened") != NULL) {
+    CHECK_MSG(read_faults(p + f->usable_size(p)), "%s: a read past the shrunk large block did not fault", f->name);
+    CHECK_MSG(read_faults(p + first - 1), "%s: a read of a page the block gave up did not fault", f->name);
+  }
+  f->free(p);
+}
+
 int main(void) {
   for (size_t k = 0; k < QM_NFAMILIES; k++) {
     test_growth(&QM_FAMILIES[k]);
     test_large_growth(&QM_FAMILIES[k]);
+    test_large_shrink(&QM_FAMILIES[k]);
   }
   return tu_summary("api-huge_growth");
 }
