@@ -4,7 +4,7 @@
  *  - the contents up to min(old, new) survive every move between any two edge sizes (small to
  *    small, small to large, large to small), byte-by-byte growth, and geometric grow/shrink chains;
  *  - a small block stays in place down to half its size, and the size asked names the result
- *    for free_sized;
+ *    for free_sized; so does a large block resized to a small size (across 256 KiB);
  *  - a realloc that cannot be satisfied returns NULL with ENOMEM and leaves the block untouched;
  *  - reallocarray overflow gives NULL with ENOMEM and does not free or touch the block (a wrapped
  *    product of 0 must not turn into realloc(p, 0)). */
@@ -263,6 +263,41 @@ static void test_in_place_and_sized(const family_t *f) {
     }
 }
 
+/* A large block resized back and forth across 256 KiB (the largest class) keeps its place while
+ * the small size is at least half of it, and a sized free of the size asked last names it. */
+static void test_large_to_small_in_place(const family_t *f) {
+  const char *so = getenv("QMALLOC_SO");
+  bool hardened = so != NULL && strstr(so, "hardened") != NULL;
+  static const size_t pairs[][2] = {{262145, 262144}, {300000, 200000}, {400000, 262144}};
+  for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+    size_t large = pairs[i][0], small = pairs[i][1];
+    char *p = f->malloc(large);
+    CHECK_MSG(p != NULL, "%s: malloc(%zu) failed", f->name, large);
+    if (p == NULL) continue;
+    memset(p, 0x5a, large);
+    char *q = p;
+    for (int round = 0; round < 4 && q != NULL; round++) {
+      char *r = f->realloc(q, small);
+      CHECK_MSG(r != NULL && (hardened || r == q), "%s: realloc(%zu -> %zu) moved (%p -> %p)", f->name, large, small,
+                (void *)q, (void *)r);
+      if (r == NULL) break;
+      CHECK_MSG(r[0] == 0x5a && r[small - 1] == 0x5a, "%s: realloc(%zu -> %zu) lost the contents", f->name, large, small);
+      q = f->realloc(r, large);
+      CHECK_MSG(q != NULL && (hardened || q == r), "%s: realloc(%zu -> %zu) moved (%p -> %p)", f->name, small, large,
+                (void *)r, (void *)q);
+      if (q != NULL) memset(q + small, 0x5a, large - small);
+    }
+    if (q == NULL) continue;
+    q = f->realloc(q, small);
+    if (q != NULL) f->free_sized(q, small); /* stops the program if the size does not name the block */
+  }
+  /* Under half: a copy into the small class, as before. */
+  char *p = f->malloc(600000);
+  char *q = p ? f->realloc(p, 1000) : NULL;
+  CHECK_MSG(q != NULL && q != p, "%s: realloc(600000 -> 1000) kept a 600000-byte block", f->name);
+  if (q != NULL) f->free_sized(q, 1000);
+}
+
 int main(void) {
   for (size_t k = 0; k < QM_NFAMILIES; k++) {
     const family_t *f = &QM_FAMILIES[k];
@@ -272,6 +307,7 @@ int main(void) {
     test_failure_keeps_block(f);
     test_reallocarray(f);
     test_in_place_and_sized(f);
+    test_large_to_small_in_place(f);
   }
   return tu_summary("api-realloc");
 }
