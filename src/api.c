@@ -682,8 +682,6 @@ static QM_NOINLINE void *realloc_hardened(void *ptr, size_t size) {
   } else {
     old = large_usable_hardened(b.span);
     size_t npages = ((size + PAGE_MASK) >> PAGE_SHIFT) + 1; /* + the guard */
-    /* A huge block moves without a copy (the kernel moves its pages); its guard moves to its new
-     * end. The old range is unmapped: a use of the old pointer faults. */
     if (size > SMALL_MAX && size <= PTRDIFF_MAX && npages == b.span->npages) {
       /* The same pages: nothing to do (each such realloc was a copy: a block grown a byte at a
        * time, or shrunk in 4 KiB steps, copied at every step). */
@@ -693,6 +691,8 @@ static QM_NOINLINE void *realloc_hardened(void *ptr, size_t size) {
       }
       return ptr;
     }
+    /* A huge block moves without a copy (the kernel moves its pages); its guard moves to its new
+     * end. The old range is unmapped: a use of the old pointer faults. */
     if (b.span->direct && size <= PTRDIFF_MAX && npages * PAGE_SIZE >= (size_t)option(OPTION_RELEASE_LARGE)) {
       harden_unguard_large(b.span);
       span_t *moved = pageheap_remap(b.span, npages);
