@@ -676,7 +676,10 @@ static QM_NOINLINE void *realloc_hardened(void *ptr, size_t size) {
   size_t old;
   if (b.cls != 0) {
     old = harden_request_size(ptr, b.cls, "realloc()");
-    if (size <= SMALL_MAX - HARDEN_TAIL && sizeclass_of(size + HARDEN_TAIL) == b.cls) {
+    /* In place within its class, and shrunk down to half its slot, as in the default build: the
+     * record and canary move to the new size, so every check holds as for a fresh block. */
+    size_t need = size + HARDEN_TAIL, slot = sizeclass_size[b.cls];
+    if (size <= SMALL_MAX - HARDEN_TAIL && need <= slot && (2 * need >= slot || sizeclass_of(need) == b.cls)) {
       harden_resize(ptr, b.cls, size);
       return ptr;
     }

@@ -262,6 +262,15 @@ int main(int argc, char **argv) {
     if (fit) memset(launder(p), 0xa5, size); /* the program's bytes look like a canary: the record must tell */
     for (size_t i = 0; i < k; i++) past[i] = fit ? (char)~past[i] : 'x';
     free(p);
+  } else if (!strcmp(mode, "overflow_shrunk")) { /* past a block realloc shrank where it is */
+    char *p = malloc(1000), *q = realloc(launder(p), 600);
+    if (q != p) {
+      fprintf(stderr, "bad_free: realloc(1000 -> 600) moved the block\n");
+      return 4;
+    }
+    announce(q);
+    ((volatile char *)launder(q))[600] = 'x';
+    free(q);
   } else if (starts(mode, "underflow1_") || starts(mode, "underflow8_")) { /* before the block */
     size_t size = underflow_size(mode), k = mode[9] == '1' ? 1 : 8;
     char *p = block_after_live_block(size, size > 1000 ? 8 : 32);
@@ -300,7 +309,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bad_free: unknown mode '%s' (expected valid, stack, static, mmap, interior, interior_large, "
                     "realloc_stack, realloc_interior, double, double_large, double_later, later_|remote_|slot_free_|"
                     "slot_new_|overflow1_|overflow8_|underflow1_|underflow8_|uaf_write_|uaf_read_ + small|medium|large "
-                    "(overflow: also smallfit|mediumfit), "
+                    "(overflow: also smallfit|mediumfit), overflow_shrunk, "
                     "slot_uncarved, sized_wrong, sized_wrong_large, delete_array, corrupt_link, zero_read, zero_write)\n", mode);
     return 2;
   }

@@ -192,6 +192,7 @@ for k in 1 8; do
     expect_line overflow${k}_$sz "$OV" "$k-byte overflow past a request that reaches its record ($sz: no canary bytes)"
   done
 done
+expect_line overflow_shrunk "$OV" "1-byte overflow past a block realloc shrank in place (1000 -> 600 bytes)"
 for sz in small medium; do
   expect_line uaf_write_$sz "$WAF" "write after free, then mallocs of its size ($sz)"
 done
