@@ -115,8 +115,8 @@ typedef struct tcache_s {
    * by a thread taking the cache back. */
   int32_t op_seq;
   /* The budget bounds capacity, not contents: capacity = sum of maximum length * class size, so the
-   * bytes a cache holds never exceed max_size (until another thread takes a step of it: design.md,
-   * "The budget"), and neither fast path has to count bytes. */
+   * bytes a cache holds never exceed max_size (until another thread takes a step of it: docs/design.md,
+   * "the total bounds budgets"), and neither fast path has to count bytes. */
   size_t capacity;
   size_t max_size;            /* this thread's budget in bytes; others may lower it (stealing) */
   uint8_t overages[SIZECLASS_COUNT]; /* times a list overflowed its maximum since it last shrank */
