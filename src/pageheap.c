@@ -25,6 +25,11 @@ typedef struct free_set_s {
 } free_set_t;
 
 static struct {
+  /* Adaptive (glibc: spins a while before it sleeps): with 64 threads on 2 CPUs freeing and
+   * refilling blocks of 100-256 KiB (a span each), a holder's critical section is a few hundred
+   * instructions, and a plain mutex put every waiter to sleep and woke it again (futex calls: most
+   * of the time): 0.54-0.66 s against 0.24-0.43 (tools/busy_threads.c; docs/design.md, "the total
+   * bounds budgets"). A forked child's is a plain one (fork_unlock). */
   pthread_mutex_t lock;
   free_set_t backed, released;
   span_t *oldest, *newest; /* backed free spans, by the time they became free */
@@ -36,7 +41,7 @@ static struct {
   uint64_t joins; /* backed spans joined with a released neighbour for a larger request */
   uint64_t next_decay_ms;  /* no backed span is due for release before this time */
   uintptr_t region_low;    /* start of the last chunk mapped: the next one is tried right below */
-} pageheap = {.lock = PTHREAD_MUTEX_INITIALIZER, .next_decay_ms = UINT64_MAX};
+} pageheap = {.lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP, .next_decay_ms = UINT64_MAX};
 
 /* The page-map entry of every page of a chunk's guard (SPAN_GUARD): never free, so no span
  * coalesces across it, and pageheap_unmap_free knows to unmap it with the span before it. */
