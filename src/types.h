@@ -122,6 +122,7 @@ typedef struct tcache_s {
   uint8_t overages[SIZECLASS_COUNT]; /* times a list overflowed its maximum since it last shrank */
   uint8_t state;              /* tcache_state_t */
   uint8_t gc_idle;            /* growth attempts to let pass before collecting again */
+  bool budget_denied;         /* no budget was to be had: none asked for until the next timed collection */
   struct tcache_s *next, *prev; /* registry of live caches, under tcache's registry lock */
   /* Under the registry lock, for idle scans: what the cache looked like at the last scan, and
    * the caches one scan stopped. */

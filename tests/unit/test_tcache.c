@@ -27,7 +27,25 @@ static void collect(tcache_t *tc) {
 }
 
 static pthread_barrier_t all_started, may_exit;
+
 static size_t budgets[16];
+
+/* A thread that fills its caches (lists that miss grow, as far as its budget lets them), then
+ * sleeps holding them until may_exit. */
+static pthread_barrier_t filled;
+static void *hoard(void *unused) {
+  (void)unused;
+  void *objs[256];
+  for (int round = 0; round < 8; round++) {
+    for (size_t size = 16; size <= 4096; size *= 2) {
+      for (int i = 0; i < 256; i++) objs[i] = qm_malloc(size);
+      for (int i = 0; i < 256; i++) qm_free(objs[i]);
+    }
+  }
+  pthread_barrier_wait(&filled);
+  pthread_barrier_wait(&may_exit);
+  return NULL;
+}
 
 static void *report_budget(void *arg) {
   qm_free(qm_malloc(32)); /* set the cache up */
@@ -222,5 +240,27 @@ int main(void) {
   CHECK(total <= (1 << 20) + 16 * TCACHE_STEAL_STEP);
   pthread_barrier_wait(&may_exit);
   for (int i = 0; i < 16; i++) pthread_join(ts[i], NULL);
+
+  /* The total bounds what the caches hold, even when the threads that lose budget sleep: threads
+   * fill their caches one after another, each then sleeping with its lists full while the next
+   * takes budget. Steps a thread's lists use go only down to a fair share, so the caches hold at
+   * most twice the total (tcache_grow_budget): 7.0 MB here. Taken freely, every thread took what it
+   * wanted from the sleepers: 17.1 MB against a total of 4 MiB. */
+  size_t limit = (size_t)4 << 20;
+  options_values[OPTION_TCACHE_TOTAL] = (long long)limit;
+  tcache_budget_init();
+  pthread_barrier_init(&filled, NULL, 2);
+  pthread_barrier_init(&may_exit, NULL, 9);
+  pthread_t hoarders[8];
+  for (size_t i = 0; i < 8; i++) {
+    pthread_create(&hoarders[i], NULL, hoard, NULL);
+    pthread_barrier_wait(&filled);
+  }
+  tcache_totals_t sleeping;
+  tcache_totals(&sleeping, NULL, NULL, 0);
+  CHECK_MSG(sleeping.bytes <= 2 * limit, "8 sleeping threads hold %zu bytes in their caches, over twice the %zu total",
+            sleeping.bytes, limit);
+  pthread_barrier_wait(&may_exit);
+  for (int i = 0; i < 8; i++) pthread_join(hoarders[i], NULL);
   return tu_summary("tcache");
 }
