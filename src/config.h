@@ -98,7 +98,7 @@ static const int qm_debug = 0;
 #define TCACHE_GC_MS 100
 /* While a thread's request for budget went unmet (tcache.c, tcache_grow_list), it collects on at
  * most one growth attempt in this many: a collection walks every class, and with 64 threads on
- * 2 CPUs wanting more than the total (tools/busy_threads.c with WRITE=ends, 64 64 2000 1024 16384)
+ * 2 CPUs wanting more than the total (mtbench busy-threads --blocks 64 --write-all 0)
  * collecting on every attempt took 1.9 s, one in 32 1.0-1.2 s, none 0.8-0.9 s; but none at all
  * left server-mix and realloc-mix 4-5% more peak RSS (mtbench's quick preset, 5 repetitions). */
 #define TCACHE_GC_IDLE_DENIED 32

@@ -64,10 +64,11 @@
  *   budget from each other: 466 collections and 24,330 refills against 60 and 11,681 at 128M, and
  *   0.923 of the time at 128M (9 interleaved runs): the cost of a bounded total, kept. Since the
  *   total bounds what threads that lose budget hold (tcache_grow_budget), 64 threads on 2 CPUs
- *   churning blocks that do not fit their 512 KiB shares are slower at 32M than at 64M
- *   (WRITE=ends tools/busy_threads.c 64 64 2000 1024 16384: 1.55-1.93 s against 0.93-1.14, 41-42 MB
- *   against 58 MB peak RSS;
- *   docs/design.md, "the total bounds budgets"): kept too, the option says how to trade.
+ *   churning blocks that do not fit their 512 KiB shares are slower at 32M than at 64M (mtbench
+ *   busy-threads --write-all 0, 3 runs: 1.20-1.38 s against 0.58-0.63, 41-44 MB against 35-45 MB
+ *   peak RSS; docs/design.md, "the total bounds budgets"), and 64M still costs server-mix 4.7% and
+ *   realloc-mix 2.4% more peak RSS (quick preset, 5 repetitions, the total bounded): kept too, the
+ *   option says how to trade.
  * - tcache_idle_ms 1 s: a cache taken back from a thread that was not idle after all costs that
  *   thread one refill per list it uses again (microseconds), against at least a second of not
  *   operating; the scan runs at most once per interval. With it, mtbench idle-threads (8 threads

@@ -28,7 +28,7 @@ static struct {
   /* Adaptive (glibc: spins a while before it sleeps): with 64 threads on 2 CPUs freeing and
    * refilling blocks of 100-256 KiB (a span each), a holder's critical section is a few hundred
    * instructions, and a plain mutex put every waiter to sleep and woke it again (futex calls: most
-   * of the time): 0.54-0.66 s against 0.24-0.43 (tools/busy_threads.c; docs/design.md, "the total
+   * of the time): 0.54-0.66 s against 0.24-0.43 (mtbench busy-threads; docs/design.md, "the total
    * bounds budgets"). A forked child's is a plain one (fork_unlock). */
   pthread_mutex_t lock;
   free_set_t backed, released;

@@ -178,6 +178,15 @@ BENCHMARKS = {b.name: b for b in [
          Metric("kept_pct", "idle excess still resident at the last sample (%)", "lower", "{:.0f}", ratios=False),
          Metric("rss_idle_kb", "RSS when all workers went idle (KiB)", "lower", "{:.0f}")),
         ("threads", "kilobytes", "duration")),
+    Benchmark(
+        "busy-threads", "More threads than CPUs, each churning blocks of its own",
+        "DESIGN.md (a per-thread cache budget shared by all threads: TCMalloc's paper, thread-cache sizing)",
+        "With threads well over the CPUs and each thread's working set over its share of a shared thread-cache "
+        "budget, an allocator that bounds its caches pays in trips to the shared lists, one that does not in "
+        "memory held by threads waiting for a CPU: the rate and the peak RSS show which.",
+        (Metric("ops_per_s", "malloc+free/s", "higher"), PEAK_RSS),
+        ("threads", "blocks", "max-size", "write-all"),
+        ops=OpCount("blocks (each malloc'd, written and freed by one thread)", ("pairs",), lambda r: r["pairs"])),
     # The workload classes of issue 15: where a peer was far ahead on a suite of well-known
     # allocator benchmarks, each written here from the description of the class.
     Benchmark(
@@ -375,12 +384,18 @@ def _paper():
 
 def _memory():
     """The memory scenarios only (not part of quick): a couple of minutes with 5 allocators."""
-    return Preset("memory", "memory scenarios: two phases, thread churn, steady state, idle threads", 2, {
+    return Preset("memory", "memory scenarios: two phases, thread churn, steady state, idle threads, busy threads", 2, {
         # 12 s: the issue's bound for memory to go back with no allocator calls at all.
         "two-phase": _points(megabytes=300, sleep=12.0),
         "thread-churn": _points(threads=10_000, kilobytes=1024),
         "steady-state": _points(pairs=2, live=100_000, duration=5.0),
         "idle-threads": _points(threads=8, kilobytes=4096, rounds=20, duration=15.0),
+        # 64 threads on any machine this runs on: 64 x 64 blocks of 1-16 KiB (35 MB) and 64 x 4 of
+        # 100-256 KiB (46 MB) over a 32 MiB thread-cache total (docs/design.md, "the total bounds").
+        "busy-threads": _points(threads=64, blocks=64, rounds=2000, **{"min-size": 1024, "max-size": 16384},
+                                **{"write-all": [0, 1]})
+                        + _points(threads=64, blocks=4, rounds=2000, **{"min-size": 100_000, "max-size": 262_144},
+                                  **{"write-all": [0, 1]}),
     })
 
 
@@ -403,6 +418,7 @@ def _smoke():
         "realloc-mix": _points(threads=2, ops=2000, slots=50, shared=20),
         "churn": _points(live=500, ops=5000),
         "mixed-stress": _points(threads=2, ops=1000, slots=100, generations=2),
+        "busy-threads": _points(threads=6, blocks=8, rounds=20, **{"min-size": 1000, "max-size": 70000}, **{"write-all": 0}),
         "real": _points(program="python-objects", scale=1),
         "prof-accuracy": _points(megabytes=1),
     })
