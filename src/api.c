@@ -471,6 +471,25 @@ static void *aligned_impl(size_t alignment, size_t size) {
   return alloc_large(size ? size : 1, alignment, NULL);
 }
 
+/* Large block `span` resized to npages without a copy: in its pages, over the free pages after it
+ * or shrunk where it is, or, a huge block, in its mapping or by a move of it (the kernel moves the
+ * pages; shrunk to any large size, it stays in its mapping, as glibc's mmapped chunks do: a buffer
+ * resized between 1 MB and 70 MB was copied each way, 0.3 ms a round). Its address, or NULL if it
+ * must be copied. Both builds: the hardened one's npages count its guard page. */
+static void *large_resize_no_copy(span_t *span, size_t npages) {
+  if (npages == span->npages) return (void *)span->start;
+  bool kept = span->direct ? pageheap_remap(span, npages) != NULL : pageheap_resize_in_place(span, npages);
+  return kept ? (void *)span->start : NULL; /* a remap moves the span's start, the span stays */
+}
+
+/* A block realloc kept without a copy, from `was` to `now`: if it was sampled, the sample follows
+ * it with its new size. */
+static void sampled_resized(span_t *span, void *was, void *now, size_t size) {
+  if (!span->sampled) return;
+  sampled_mark(span, size);
+  prof_resized(was, now, size);
+}
+
 static void *realloc_hardened(void *ptr, size_t size);
 
 static void *realloc_impl(void *ptr, size_t size) {
@@ -484,46 +503,20 @@ static void *realloc_impl(void *ptr, size_t size) {
   size_t old = block_usable(b);
   if (b.cls != 0) {
     if (size <= SMALL_MAX && sized_free_names(b.cls, size)) return ptr; /* in place */
-  } else if (b.span->sampled && size <= old && old <= 2 * size && ((size + PAGE_MASK) >> PAGE_SHIFT) == b.span->npages) {
-    /* A sampled block (whole pages whatever its size) keeps its place down to half, as a block of
-     * a class does, while the new size needs all its pages (so that a sized free of the new size
-     * names it, block_named_by): whether a block was sampled should not change what realloc does. */
-    sampled_mark(b.span, size);
-    prof_resized(ptr, ptr, size);
-    return ptr;
   } else if (size <= SMALL_MAX && size <= old && old <= 2 * size) {
-    /* A large block shrunk to a small size keeps its place down to half, as a block of a class
-     * does; the span files the class of the new size, so that a sized free of it names the block
-     * (block_named_by). Moving it each way copied a buffer resized back and forth across
-     * 256 KiB at every call: 8 us, where glibc and TCMalloc copy nothing. */
-    if (b.span->sampled) {
-      sampled_mark(b.span, size);
-      prof_resized(ptr, ptr, size);
-    } else {
-      b.span->sizeclass = (uint8_t)sizeclass_of(size);
-    }
+    /* A large block (or a sampled one: whole pages whatever its size) shrunk to a small size keeps
+     * its place down to half, as a block of a class does; the span files the class of the new
+     * size, so that a sized free of it names the block (block_named_by). Moving it each way copied
+     * a buffer resized back and forth across 256 KiB at every call: 8 us, where glibc and TCMalloc
+     * copy nothing. */
+    b.span->sizeclass = (uint8_t)sizeclass_of(size);
+    sampled_resized(b.span, ptr, ptr, size);
     return ptr;
   } else if (size > SMALL_MAX && size <= PTRDIFF_MAX) {
-    size_t npages = (size + PAGE_MASK) >> PAGE_SHIFT;
-    void *same = NULL;
-    if (npages == b.span->npages) {
-      same = ptr;
-    } else if (b.span->direct) {
-      /* Any large size: a huge block shrunk below release_large stays in its mapping, as glibc's
-       * mmapped chunks do, so that a buffer resized back and forth across it (1 MB <-> 70 MB:
-       * 0.3 ms a round, a copy and a block's page faults each way) is never copied. */
-      span_t *moved = pageheap_remap(b.span, npages); /* no copy: the kernel moves the pages */
-      if (moved) same = (void *)moved->start;
-    } else if (pageheap_resize_in_place(b.span, npages)) {
-      same = ptr;
-    }
+    void *same = large_resize_no_copy(b.span, (size + PAGE_MASK) >> PAGE_SHIFT);
     if (same != NULL) {
       b.span->sizeclass = 0; /* a large size again (a small one may have been filed, above) */
-      if (b.span->sampled || (same != ptr && pagemap_span((uintptr_t)same)->sampled)) {
-        /* A sampled block resized without a copy stays sampled, with its new size and place. */
-        sampled_mark(pagemap_span((uintptr_t)same), size);
-        prof_resized(ptr, same, size);
-      }
+      sampled_resized(b.span, ptr, same, size);
       return same;
     }
   }
@@ -676,48 +669,26 @@ static QM_NOINLINE void *realloc_hardened(void *ptr, size_t size) {
   size_t old;
   if (b.cls != 0) {
     old = harden_request_size(ptr, b.cls, "realloc()");
-    /* In place within its class, and shrunk down to half its slot, as in the default build: the
-     * record and canary move to the new size, so every check holds as for a fresh block. */
-    size_t need = size + HARDEN_TAIL, slot = sizeclass_size[b.cls];
-    if (size <= SMALL_MAX - HARDEN_TAIL && need <= slot && (2 * need >= slot || sizeclass_of(need) == b.cls)) {
+    /* In place where the default build keeps a block (its class, or down to half its slot), for
+     * the request and its tail: the record and canary move to the new size, so every check holds
+     * as for a fresh block. */
+    if (size <= SMALL_MAX - HARDEN_TAIL && sized_free_names(b.cls, size + HARDEN_TAIL)) {
       harden_resize(ptr, b.cls, size);
       return ptr;
     }
   } else {
     old = large_usable_hardened(b.span);
-    size_t npages = ((size + PAGE_MASK) >> PAGE_SHIFT) + 1; /* + the guard */
-    if (size > SMALL_MAX && size <= PTRDIFF_MAX && npages == b.span->npages) {
-      /* The same pages: nothing to do (each such realloc was a copy: a block grown a byte at a
-       * time, or shrunk in 4 KiB steps, copied at every step). */
-      if (b.span->sampled) {
-        sampled_mark(b.span, size);
-        prof_resized(ptr, ptr, size);
-      }
-      return ptr;
-    }
-    /* A huge block moves without a copy (the kernel moves its pages), or shrinks in its mapping to
-     * any large size (as in the default build); its guard moves to its new end. The old range is
-     * unmapped: a use of the old pointer faults. */
-    if (b.span->direct && size > SMALL_MAX && size <= PTRDIFF_MAX) {
+    if (size > SMALL_MAX && size <= PTRDIFF_MAX) {
+      /* Without a copy where the default build does it (large_resize_no_copy), its guard moved
+       * to its new last page; the pages a shrink gives up become inaccessible (pageheap.c), a huge
+       * block's old range is unmapped. Each was a copy: growing one to 32 MiB in 8 KiB steps took
+       * 6.7 s, shrinking one from 16 MiB 1.7 s (glibc 0.02 and 0.01 s). */
+      size_t npages = ((size + PAGE_MASK) >> PAGE_SHIFT) + 1; /* + the guard */
+      if (npages == b.span->npages) return ptr; /* (nothing is sampled here: no countdown) */
       harden_unguard_large(b.span);
-      span_t *moved = pageheap_remap(b.span, npages);
-      harden_guard_large(moved ? moved : b.span);
-      if (moved) return (void *)moved->start;
-    } else if (!b.span->direct && size > SMALL_MAX && size <= PTRDIFF_MAX && npages != b.span->npages) {
-      /* Grown over the free pages after it, or shrunk (the pages given up made inaccessible), as in
-       * the default build, its guard moved to its new last page: a block resized a little at a
-       * time was copied at every step (growing one to 32 MiB in 8 KiB steps took 6.7 s, shrinking
-       * one from 16 MiB 1.7 s; glibc 0.02 and 0.01 s). */
-      harden_unguard_large(b.span);
-      bool grown = pageheap_resize_in_place(b.span, npages);
+      void *same = large_resize_no_copy(b.span, npages);
       harden_guard_large(b.span);
-      if (grown) {
-        if (b.span->sampled) { /* a sampled block stays sampled, with its new size (as above) */
-          sampled_mark(b.span, size);
-          prof_resized(ptr, ptr, size);
-        }
-        return ptr;
-      }
+      if (same != NULL) return same;
     }
   }
   void *fresh = malloc_hardened(size);

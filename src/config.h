@@ -98,9 +98,11 @@ static const int qm_debug = 0;
 #define TCACHE_GC_MS 100
 /* While a thread's request for budget went unmet (tcache.c, tcache_grow_list), it collects on at
  * most one growth attempt in this many: a collection walks every class, and with 64 threads on
- * 2 CPUs wanting more than the total (mtbench busy-threads --blocks 64 --write-all 0)
- * collecting on every attempt took 1.9 s, one in 32 1.0-1.2 s, none 0.8-0.9 s; but none at all
- * left server-mix and realloc-mix 4-5% more peak RSS (mtbench's quick preset, 5 repetitions). */
+ * 2 CPUs wanting more than the total (mtbench busy-threads --write-all 0, 3 runs each) collecting
+ * on every attempt took 4.6-5.5 s, one in 32 1.0-1.3 s, one in 255 0.90-0.96 s. One in 255 moved
+ * no peak RSS on the quick preset (server-mix, realloc-mix, mixed-stress, prodcons, remote-stream:
+ * 1.00-1.03, 5 repetitions); none at all, in a first version, left server-mix and realloc-mix 4-5%
+ * more. 32 stays between the two. */
 #define TCACHE_GC_IDLE_DENIED 32
 /* realloc sends a block it moved to a larger class to its span, not the thread cache, from this
  * size up (api.c, realloc_impl). */

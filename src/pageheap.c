@@ -28,8 +28,9 @@ static struct {
   /* Adaptive (glibc: spins a while before it sleeps): with 64 threads on 2 CPUs freeing and
    * refilling blocks of 100-256 KiB (a span each), a holder's critical section is a few hundred
    * instructions, and a plain mutex put every waiter to sleep and woke it again (futex calls: most
-   * of the time): 0.54-0.66 s against 0.24-0.43 (mtbench busy-threads; docs/design.md, "the total
-   * bounds budgets"). A forked child's is a plain one (fork_unlock). */
+   * of the time): 0.35-0.62 s against 0.12-0.30 (mtbench busy-threads --blocks 4 --min-size 100000
+   * --max-size 262144 --write-all 0, 4 runs each; docs/design.md, "the total bounds budgets"). A
+   * forked child's is a plain one (fork_unlock). */
   pthread_mutex_t lock;
   free_set_t backed, released;
   span_t *oldest, *newest; /* backed free spans, by the time they became free */
