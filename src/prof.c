@@ -616,8 +616,15 @@ static void prof_at_exit(void) {
  * lock and every other qmalloc lock are taken: a thread that holds a stream (getline growing its
  * buffer) may wait for prof_lock, never the other way round. fork_lock skips the lock where the
  * forking thread holds it itself (a signal handler that interrupted a sample) or is alone. */
-static void prof_fork_prepare(void) { fork_lock(&prof_lock, FORK_SLOT_PROF); }
-static void prof_fork_parent(void) { fork_unlock(&prof_lock, FORK_SLOT_PROF, false); }
+static void prof_fork_prepare(void) {
+  fork_lock(&prof_lock, FORK_SLOT_PROF);
+  prof_unwind_lock_for_fork();
+}
+
+static void prof_fork_parent(void) {
+  prof_unwind_unlock_after_fork(false);
+  fork_unlock(&prof_lock, FORK_SLOT_PROF, false);
+}
 
 /* Only this thread exists. Inherited sampled blocks stay whole-page blocks; their spans lose
  * the flag, so freeing them is an ordinary large free. */
@@ -645,6 +652,7 @@ static void prof_fork_child(void) {
   prof_dump_pending = 0;
   prof_budget.lock = 0; /* a thread of the parent may have held it */
   prof_unwind_fork_child();
+  prof_unwind_unlock_after_fork(true);
   fork_unlock(&prof_lock, FORK_SLOT_PROF, true);
 }
 

@@ -123,6 +123,9 @@ void prof_unwind_start(void);
 /* A fork child: the rule table's writer lock and the unwinder's loading lock may have been held by a
  * thread that is gone. */
 void prof_unwind_fork_child(void);
+/* The fork handlers' side of the lock around walks of the loader's objects (prof_unwind.c). */
+void prof_unwind_lock_for_fork(void);
+void prof_unwind_unlock_after_fork(bool child);
 
 /* ---- prof_pages.c: the one-page spans of freed sampled blocks, kept per thread, no lock ---- */
 #define PROF_PAGE_STASHED 2 /* span_t.sampled of a span kept there (a free of it is a double free) */

@@ -50,6 +50,12 @@ QM_EARLY_DATA static _Unwind_Ptr (*unwind_get_ip)(struct _Unwind_Context *);
 QM_EARLY_DATA static const void *(*unwind_find_fde)(void *, struct dwarf_eh_bases *);
 QM_EARLY_DATA static bool unwind_loaded; /* stored (release) once the three above are set, or found missing */
 QM_EARLY_DATA static pthread_mutex_t unwind_load_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Held around every walk of the loader's list of objects (dl_iterate_phdr: ours, and libgcc's
+ * inside its unwinder), and by the fork handlers (prof_unwind_lock_for_fork): glibc 2.36 does not
+ * reset the loader's lock for that list in a fork child, so a child forked while another thread
+ * sampled inside it waited on it forever (tests/preload/test_fork_safety.sh, stdio: 2 hangs in
+ * 95 runs beside each other; a forked child's first sample reads its rules). */
+QM_EARLY_DATA static pthread_mutex_t unwind_phdr_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* open: dlopen libgcc_s.so.1 if the process has no libgcc; without it, a process that has none
  * stays "not loaded", so that a later call with open can still load it. */
@@ -115,7 +121,9 @@ static _Unwind_Reason_Code prof_unwind_frame(struct _Unwind_Context *ctx, void *
 QM_NOINLINE unsigned prof_stack_capture_libgcc(uintptr_t *frames, unsigned skip) {
   prof_unwind_t u = {frames, 0, skip + 1};
   if (!prof_unwind_present()) return 0;
+  pthread_mutex_lock(&unwind_phdr_lock);
   unwind_backtrace(prof_unwind_frame, &u);
+  pthread_mutex_unlock(&unwind_phdr_lock);
   __asm__ volatile("" ::: "memory"); /* not a tail call: the frame must stay for the count above */
   return u.depth;
 }
@@ -661,6 +669,7 @@ static uint64_t prof_rule_from_fde(const fde_search_t *found, uintptr_t key) {
 static uint64_t prof_rule_read(uintptr_t key, bool libgcc_only) {
   int saved_errno = errno; /* a sampled malloc that succeeds leaves errno as it was */
   fde_search_t found = {.pc = key, .src = {.fd = -1}};
+  pthread_mutex_lock(&unwind_phdr_lock);
   if (!libgcc_only) dl_iterate_phdr(fde_search_object, &found);
   if (!found.searched && prof_unwind_present()) { /* an object without a table: libgcc has other ways */
     if (found.src.fd >= 0) syscall(SYS_close, found.src.fd);
@@ -669,6 +678,7 @@ static uint64_t prof_rule_read(uintptr_t key, bool libgcc_only) {
     found.fde = (uintptr_t)unwind_find_fde((void *)key, &bases);
     found.func = (uintptr_t)bases.func;
   }
+  pthread_mutex_unlock(&unwind_phdr_lock);
   uint64_t rule = prof_rule_from_fde(&found, key);
   if (found.src.fd >= 0) syscall(SYS_close, found.src.fd);
   errno = saved_errno;
@@ -814,3 +824,7 @@ void prof_unwind_fork_child(void) {
   pthread_mutex_init(&unwind_load_lock, NULL);
   prof_rules_fork_child();
 }
+
+void prof_unwind_lock_for_fork(void) { fork_lock(&unwind_phdr_lock, FORK_SLOT_UNWIND); }
+
+void prof_unwind_unlock_after_fork(bool child) { fork_unlock(&unwind_phdr_lock, FORK_SLOT_UNWIND, child); }
