@@ -75,8 +75,9 @@ case "$mode" in
     compare=$([[ $# -gt 1 ]] && echo yes || echo no)
     python3 - "$compare" "${outs[@]}" <<'PY'
 # For every measure_PATTERN_SIZE function of the probe: the inclusive cost of its calls to the
-# allocator's malloc and free (a callee whose name contains "free" is the free), minus the cost of
-# the same calls from null_PATTERN_SIZE (two empty functions), per pair.
+# allocator's malloc and free (a callee whose name contains "free" is the free, one that contains
+# "realloc" the realloc), minus the cost of the same calls from null_PATTERN_SIZE (empty
+# functions), per pair; and per call for the two realloc probes.
 import re, sys
 PAIRS = 16384  # ROUNDS in fastpath_bench.c
 SIZES = ["16", "32", "64", "128", "256", "512", "1024", "4096", "16384", "32768"]
@@ -98,7 +99,8 @@ def calls(path):
                 take = False
                 m = re.match(r"^\S+\s+(\d+)", line)
                 if m and fn and re.match(r"(measure|null)_", fn):
-                    key = (fn, "free" if "free" in cfn.lower() else "malloc")
+                    callee = cfn.lower()
+                    key = (fn, "realloc" if "realloc" in callee else "free" if "free" in callee else "malloc")
                     cost[key] = cost.get(key, 0) + int(m.group(1))
     return cost
 
@@ -112,6 +114,12 @@ def per_pair(cost, pattern, size):
             return None
         out.append((real - null) / PAIRS)
     return tuple(out)
+
+def per_realloc(cost, probe):
+    """realloc's instructions per call in measure_realloc_PROBE, or None."""
+    real = cost.get((f"measure_realloc_{probe}", "realloc"))
+    null = cost.get((f"null_realloc_{probe}", "realloc"))
+    return None if real is None or null is None else (real - null) / PAIRS
 
 def cell(v):
     if v is None:
@@ -151,6 +159,20 @@ for name, cost in runs:
             else:
                 print(f"{'  change ' + text:{width}}" + "".join(f"{d:>17}" for d in diffs))
 print("mixed 16-512 (in each hot-pair row): one pair of every size from 16 to 512 in steps of 16.")
+print()
+print("instructions per realloc call (the probe's loop subtracted)")
+print(f"{'allocator':{width}}{'in place 40<->48':>20}{'moving 24<->100':>20}")
+first = None
+for name, cost in runs:
+    if cost is None:
+        continue
+    v = [per_realloc(cost, p) for p in ("inplace", "moving")]
+    print(f"{name:{width}}" + "".join(f"{x:>20.1f}" if x is not None else f"{'-':>20}" for x in v))
+    if first is None:
+        first = v
+    elif compare:
+        d = [f"{b - a:+.1f}" if a is not None and b is not None else "-" for a, b in zip(first, v)]
+        print(f"{'  change':{width}}" + "".join(f"{x:>20}" for x in d))
 PY
     ;;
 esac

@@ -8,6 +8,10 @@
  *   empties malloc then free of one size while no other object of that size is live, so every
  *           free empties the allocator's page or span (run first, before any ballast exists)
  *   mixed   one malloc+free of every size from 16 to 512 in steps of 16, round after round
+ * and realloc of one block back and forth between two sizes, each call counted apart (the calls
+ * to realloc, read the same way):
+ *   realloc in place   40 <-> 48 bytes (one class in most allocators: nothing moves)
+ *   realloc moving     24 <-> 100 bytes (two classes: a new block, a copy, a free each time)
  * Knows nothing of qmalloc: the allocator is whatever LD_PRELOAD says. Prints nothing until all
  * measurements are done (stdio's buffer is itself a malloc'd object of 1 or 4 KiB). */
 #include <stdio.h>
@@ -19,13 +23,16 @@
 
 typedef void *(*alloc_fn_t)(size_t);
 typedef void (*free_fn_t)(void *);
+typedef void *(*realloc_fn_t)(void *, size_t);
 
 __attribute__((noinline)) void *null_malloc(size_t n) { __asm__ volatile("" ::"r"(n)); return (void *)16; }
 __attribute__((noinline)) void null_free(void *p) { __asm__ volatile("" ::"r"(p)); }
+__attribute__((noinline)) void *null_realloc(void *p, size_t n) { __asm__ volatile("" ::"r"(p), "r"(n)); return p; }
 
 /* Read through volatile pointers so that the compiler cannot inline or pair malloc with free. */
 static alloc_fn_t volatile real_malloc = malloc;
 static free_fn_t volatile real_free = free;
+static realloc_fn_t volatile real_realloc = realloc;
 
 static inline void keep(void *p) { __asm__ volatile("" ::"r"(p) : "memory"); }
 
@@ -70,6 +77,21 @@ SIZES(batch, batch_loop)
 SIZES(empties, hot_loop)
 PROBE(mixed, mixed_loop, 512)
 
+/* ROUNDS reallocs of one block between sizes a and b (its malloc and free are not counted). */
+static inline __attribute__((always_inline)) void realloc_loop(alloc_fn_t a, realloc_fn_t re, free_fn_t f, size_t from, size_t to) {
+  void *p = a(from);
+  for (int r = 0; r < ROUNDS; r++) {
+    p = re(p, (r & 1) ? from : to);
+    keep(p);
+  }
+  f(p);
+}
+#define REALLOC_PROBE(name, from, to)                                                                         \
+  __attribute__((noinline)) void measure_realloc_##name(void) { realloc_loop(real_malloc, real_realloc, real_free, from, to); } \
+  __attribute__((noinline)) void null_realloc_##name(void) { realloc_loop(null_malloc, null_realloc, null_free, from, to); }
+REALLOC_PROBE(inplace, 40, 48)
+REALLOC_PROBE(moving, 24, 100)
+
 #define RUN_SIZES(pattern)                                                                        \
   do {                                                                                            \
     measure_##pattern##_16(); measure_##pattern##_32(); measure_##pattern##_64();                 \
@@ -110,6 +132,10 @@ int main(void) {
   RUN_SIZES(batch);
   measure_mixed_512();
   null_mixed_512();
+  measure_realloc_inplace();
+  null_realloc_inplace();
+  measure_realloc_moving();
+  null_realloc_moving();
   printf("pairs %d\n", ROUNDS);
   return 0;
 }

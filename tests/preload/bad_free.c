@@ -167,6 +167,14 @@ int main(int argc, char **argv) {
     announce(bad);
     void *q = realloc(bad, 200);
     printf("realloc returned %p\n", q);
+  } else if (!strcmp(mode, "realloc_freed") || !strcmp(mode, "realloc_freed_move")) {
+    /* realloc of a small block freed just before, to a size its class holds (it would stay in
+     * place) or to one that moves it: realloc's fast path tests the free tag in both cases. */
+    char *p = malloc(100);
+    announce(p); /* before the free: its printf allocates (stdout's buffer), which could take p */
+    free(p);
+    void *q = realloc(launder(p), mode[13] == '_' ? 1000 : 100);
+    printf("realloc returned %p\n", q);
   } else if (!strcmp(mode, "double")) {
     void *p = malloc(100);
     announce(p);
@@ -307,7 +315,7 @@ int main(int argc, char **argv) {
     free(p);
   } else {
     fprintf(stderr, "bad_free: unknown mode '%s' (expected valid, stack, static, mmap, interior, interior_large, "
-                    "realloc_stack, realloc_interior, double, double_large, double_later, later_|remote_|slot_free_|"
+                    "realloc_stack, realloc_interior, realloc_freed, realloc_freed_move, double, double_large, double_later, later_|remote_|slot_free_|"
                     "slot_new_|overflow1_|overflow8_|underflow1_|underflow8_|uaf_write_|uaf_read_ + small|medium|large "
                     "(overflow: also smallfit|mediumfit), overflow_shrunk, "
                     "slot_uncarved, sized_wrong, sized_wrong_large, delete_array, corrupt_link, zero_read, zero_write)\n", mode);

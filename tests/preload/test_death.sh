@@ -88,6 +88,8 @@ expect_invalid interior free
 expect_invalid interior_large free
 expect_invalid realloc_stack realloc
 expect_invalid realloc_interior realloc
+expect_invalid realloc_freed realloc
+expect_invalid realloc_freed_move realloc
 
 # Immediate double free: must be caught.
 run double
