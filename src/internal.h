@@ -50,7 +50,16 @@ QM_INLINE unsigned sizeclass_of(size_t n) {
 /* Sets the transfer batches (from an option) and fills the first page of the lookup table,
  * patching the tiny slots for min_align 8 or 16. (Sizes, spans and magic are compile-time tables.) */
 void sizeclass_init(unsigned min_align, unsigned batch_max);
-/* The smallest class that can hold `size` bytes at an `alignment`-aligned address, or 0. */
+/* From class cls (that of the request), the first class whose size is a multiple of `alignment`
+ * (a power of two), or 0: every span starts on a page, so such a class aligns every object up to
+ * PAGE_SIZE. A mask, not a division. */
+QM_INLINE unsigned sizeclass_aligned_from(unsigned cls, size_t alignment) {
+  for (; cls != 0 && cls < SIZECLASS_COUNT; cls++)
+    if ((sizeclass_size[cls] & (alignment - 1)) == 0) return cls;
+  return 0;
+}
+/* The smallest class that can hold `size` bytes at an `alignment`-aligned address, or 0 (also for
+ * an alignment that is not a power of two). */
 unsigned sizeclass_for_aligned(size_t size, size_t alignment);
 /* Invariants of the table (monotonic, 16-byte multiples, fits its span, smallest fit). */
 bool sizeclass_check(void);

@@ -56,12 +56,10 @@ unsigned sizeclass_fill(size_t n) {
   return sizeclass_of_if_filled(n);
 }
 
+
 unsigned sizeclass_for_aligned(size_t size, size_t alignment) {
-  if (size > SMALL_MAX || alignment > PAGE_SIZE) return 0;
-  if (size < alignment) size = alignment;
-  for (unsigned cls = sizeclass_of(size); cls < SIZECLASS_COUNT; cls++)
-    if (sizeclass_size[cls] % alignment == 0) return cls;
-  return 0;
+  if (size > SMALL_MAX || alignment > PAGE_SIZE || (alignment & (alignment - 1)) != 0) return 0;
+  return sizeclass_aligned_from(sizeclass_of(size < alignment ? alignment : size), alignment);
 }
 
 bool sizeclass_check(void) {

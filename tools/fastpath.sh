@@ -100,7 +100,8 @@ def calls(path):
                 m = re.match(r"^\S+\s+(\d+)", line)
                 if m and fn and re.match(r"(measure|null)_", fn):
                     callee = cfn.lower()
-                    key = (fn, "realloc" if "realloc" in callee else "free" if "free" in callee else "malloc")
+                    key = (fn, "realloc" if "realloc" in callee else "free" if "free" in callee else
+                           "memalign" if "memalign" in callee else "malloc")
                     cost[key] = cost.get(key, 0) + int(m.group(1))
     return cost
 
@@ -115,11 +116,15 @@ def per_pair(cost, pattern, size):
         out.append((real - null) / PAIRS)
     return tuple(out)
 
-def per_realloc(cost, probe):
-    """realloc's instructions per call in measure_realloc_PROBE, or None."""
-    real = cost.get((f"measure_realloc_{probe}", "realloc"))
-    null = cost.get((f"null_realloc_{probe}", "realloc"))
-    return None if real is None or null is None else (real - null) / PAIRS
+def per_call(cost, probe, ops):
+    """The instructions of calls `ops` per round in measure_PROBE, or None."""
+    total = 0
+    for op in ops:
+        real, null = cost.get((f"measure_{probe}", op)), cost.get((f"null_{probe}", op))
+        if real is None or null is None:
+            return None
+        total += real - null
+    return total / PAIRS
 
 def cell(v):
     if v is None:
@@ -160,13 +165,14 @@ for name, cost in runs:
                 print(f"{'  change ' + text:{width}}" + "".join(f"{d:>17}" for d in diffs))
 print("mixed 16-512 (in each hot-pair row): one pair of every size from 16 to 512 in steps of 16.")
 print()
-print("instructions per realloc call (the probe's loop subtracted)")
-print(f"{'allocator':{width}}{'in place 40<->48':>20}{'moving 24<->100':>20}")
+print("instructions per realloc call, and per posix_memalign(64, 64) + free pair (the probe's loop subtracted)")
+print(f"{'allocator':{width}}{'realloc in place':>20}{'realloc moving':>20}{'aligned 64 pair':>20}")
 first = None
 for name, cost in runs:
     if cost is None:
         continue
-    v = [per_realloc(cost, p) for p in ("inplace", "moving")]
+    v = [per_call(cost, "realloc_inplace", ["realloc"]), per_call(cost, "realloc_moving", ["realloc"]),
+         per_call(cost, "aligned_64", ["memalign", "free"])]
     print(f"{name:{width}}" + "".join(f"{x:>20.1f}" if x is not None else f"{'-':>20}" for x in v))
     if first is None:
         first = v

@@ -12,6 +12,8 @@
  * to realloc, read the same way):
  *   realloc in place   40 <-> 48 bytes (one class in most allocators: nothing moves)
  *   realloc moving     24 <-> 100 bytes (two classes: a new block, a copy, a free each time)
+ * and posix_memalign(64, 64) + free pairs (a cache line's alignment: C++'s aligned new, SIMD
+ * buffers), the two calls counted together.
  * Knows nothing of qmalloc: the allocator is whatever LD_PRELOAD says. Prints nothing until all
  * measurements are done (stdio's buffer is itself a malloc'd object of 1 or 4 KiB). */
 #include <stdio.h>
@@ -24,15 +26,22 @@
 typedef void *(*alloc_fn_t)(size_t);
 typedef void (*free_fn_t)(void *);
 typedef void *(*realloc_fn_t)(void *, size_t);
+typedef int (*memalign_fn_t)(void **, size_t, size_t);
 
 __attribute__((noinline)) void *null_malloc(size_t n) { __asm__ volatile("" ::"r"(n)); return (void *)16; }
 __attribute__((noinline)) void null_free(void *p) { __asm__ volatile("" ::"r"(p)); }
 __attribute__((noinline)) void *null_realloc(void *p, size_t n) { __asm__ volatile("" ::"r"(p), "r"(n)); return p; }
+__attribute__((noinline)) int null_posix_memalign(void **p, size_t a, size_t n) {
+  __asm__ volatile("" ::"r"(p), "r"(a), "r"(n));
+  *p = (void *)64;
+  return 0;
+}
 
 /* Read through volatile pointers so that the compiler cannot inline or pair malloc with free. */
 static alloc_fn_t volatile real_malloc = malloc;
 static free_fn_t volatile real_free = free;
 static realloc_fn_t volatile real_realloc = realloc;
+static memalign_fn_t volatile real_posix_memalign = posix_memalign;
 
 static inline void keep(void *p) { __asm__ volatile("" ::"r"(p) : "memory"); }
 
@@ -92,6 +101,17 @@ static inline __attribute__((always_inline)) void realloc_loop(alloc_fn_t a, rea
 REALLOC_PROBE(inplace, 40, 48)
 REALLOC_PROBE(moving, 24, 100)
 
+static inline __attribute__((always_inline)) void aligned_loop(memalign_fn_t pm, free_fn_t f) {
+  for (int r = 0; r < ROUNDS; r++) {
+    void *p;
+    if (pm(&p, 64, 64) != 0) abort();
+    keep(p);
+    f(p);
+  }
+}
+__attribute__((noinline)) void measure_aligned_64(void) { aligned_loop(real_posix_memalign, real_free); }
+__attribute__((noinline)) void null_aligned_64(void) { aligned_loop(null_posix_memalign, null_free); }
+
 #define RUN_SIZES(pattern)                                                                        \
   do {                                                                                            \
     measure_##pattern##_16(); measure_##pattern##_32(); measure_##pattern##_64();                 \
@@ -136,6 +156,13 @@ int main(void) {
   null_realloc_inplace();
   measure_realloc_moving();
   null_realloc_moving();
+  for (int i = 0; i < BATCH; i++) { /* live neighbours for the aligned class, as for the others */
+    void *p;
+    if (real_posix_memalign(&p, 64, 64) != 0) abort();
+    keep(p);
+  }
+  measure_aligned_64();
+  null_aligned_64();
   printf("pairs %d\n", ROUNDS);
   return 0;
 }
