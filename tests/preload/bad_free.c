@@ -175,6 +175,12 @@ int main(int argc, char **argv) {
     free(p);
     void *q = realloc(launder(p), mode[13] == '_' ? 1000 : 100);
     printf("realloc returned %p\n", q);
+  } else if (!strcmp(mode, "usable_freed") || !strcmp(mode, "usable_interior")) {
+    /* malloc_usable_size of a block freed before, or of a pointer inside a live one */
+    char *p = malloc(100);
+    announce(mode[7] == 'f' ? p : p + 16);
+    if (mode[7] == 'f') free(p);
+    printf("usable %zu\n", malloc_usable_size(launder(mode[7] == 'f' ? p : p + 16)));
   } else if (!strcmp(mode, "double")) {
     void *p = malloc(100);
     announce(p);
@@ -315,7 +321,7 @@ int main(int argc, char **argv) {
     free(p);
   } else {
     fprintf(stderr, "bad_free: unknown mode '%s' (expected valid, stack, static, mmap, interior, interior_large, "
-                    "realloc_stack, realloc_interior, realloc_freed, realloc_freed_move, double, double_large, double_later, later_|remote_|slot_free_|"
+                    "realloc_stack, realloc_interior, realloc_freed, realloc_freed_move, usable_freed, usable_interior, double, double_large, double_later, later_|remote_|slot_free_|"
                     "slot_new_|overflow1_|overflow8_|underflow1_|underflow8_|uaf_write_|uaf_read_ + small|medium|large "
                     "(overflow: also smallfit|mediumfit), overflow_shrunk, "
                     "slot_uncarved, sized_wrong, sized_wrong_large, delete_array, corrupt_link, zero_read, zero_write)\n", mode);

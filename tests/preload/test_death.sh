@@ -63,8 +63,8 @@ expect_invalid() {
     fail "$mode: $lines lines on stderr, expected exactly 1:"; show
     return
   fi
-  if ! [[ $line =~ ^qmalloc:\ (free|realloc)\(\):\ invalid\ pointer\ 0x[0-9a-f]+$ ]]; then
-    fail "$mode: stderr line '$line' does not match '^qmalloc: (free|realloc)\\(\\): invalid pointer 0x[0-9a-f]+\$'"
+  if ! [[ $line =~ ^qmalloc:\ (free|realloc|malloc_usable_size)\(\):\ invalid\ pointer\ 0x[0-9a-f]+$ ]]; then
+    fail "$mode: stderr line '$line' does not match '^qmalloc: (free|realloc|malloc_usable_size)\\(\\): invalid pointer 0x[0-9a-f]+\$'"
     return
   fi
   if [[ $line != "qmalloc: $call(): "* ]]; then
@@ -90,6 +90,8 @@ expect_invalid realloc_stack realloc
 expect_invalid realloc_interior realloc
 expect_invalid realloc_freed realloc
 expect_invalid realloc_freed_move realloc
+expect_invalid usable_freed malloc_usable_size
+expect_invalid usable_interior malloc_usable_size
 
 # Immediate double free: must be caught.
 run double
