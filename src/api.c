@@ -646,7 +646,9 @@ static QM_NOINLINE void *aligned_hardened(size_t alignment, size_t size) {
   if (size > PTRDIFF_MAX) return fail_enomem();
   unsigned cls = sizeclass_for_aligned(size + HARDEN_TAIL, alignment);
   if (cls != 0) {
-    void *obj = alloc_class(cls);
+    /* The class's list as malloc_hardened pops it; alloc_class's slow path when it is empty. */
+    void *obj = tcache_pop(tcache_list_from((size_t)cls * sizeof(tcache_list_t), tcache_tls_offset()));
+    if (obj == NULL) obj = alloc_class(cls);
     return obj ? harden_handout(obj, cls, size) : NULL;
   }
   return alloc_large(size ? size : 1, alignment, NULL);
@@ -732,7 +734,10 @@ static QM_NOINLINE void *realloc_hardened(void *ptr, size_t size) {
     return NULL;
   }
   if (harden_is_zero(ptr)) return malloc_hardened(size);
-  block_t b = block_of(ptr, "realloc()", false);
+  /* A live small block as the default build's realloc finds it (a quarantined one carries its
+   * free tag: block_of reports it); block_of's walk of the page map's root for anything else. */
+  unsigned cls = live_small_class(ptr, tcache_tls_offset());
+  block_t b = cls != 0 ? (block_t){cls, NULL} : block_of(ptr, "realloc()", false);
   size_t old;
   if (b.cls != 0) {
     old = harden_request_size(ptr, b.cls, "realloc()");
@@ -768,7 +773,8 @@ static QM_NOINLINE void *realloc_hardened(void *ptr, size_t size) {
 /* The request size of a small block (its canary checked), the pages but the guard of a large one. */
 static QM_NOINLINE size_t usable_hardened(void *ptr) {
   if (harden_is_zero(ptr)) return 0;
-  block_t b = block_of(ptr, "malloc_usable_size()", false);
+  unsigned cls = live_small_class(ptr, tcache_tls_offset());
+  block_t b = cls != 0 ? (block_t){cls, NULL} : block_of(ptr, "malloc_usable_size()", false);
   return b.cls ? harden_request_size(ptr, b.cls, "malloc_usable_size()") : large_usable_hardened(b.span);
 }
 
