@@ -56,7 +56,6 @@ unsigned sizeclass_fill(size_t n) {
   return sizeclass_of_if_filled(n);
 }
 
-
 unsigned sizeclass_for_aligned(size_t size, size_t alignment) {
   if (size > SMALL_MAX || alignment > PAGE_SIZE || (alignment & (alignment - 1)) != 0) return 0;
   return sizeclass_aligned_from(sizeclass_of(size < alignment ? alignment : size), alignment);
