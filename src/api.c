@@ -167,7 +167,7 @@ QM_INLINE tcache_fast_t *tcache_fast(uintptr_t tls_offset) {
  * a compare of the root index instead of the root's bounds check, load and NULL test (3
  * instructions fewer, make fastpath); a free elsewhere takes the root and moves the cache.
  * *null says addr was NULL, found on that cold branch, so that free(NULL) returns from there: 10
- * instructions, where it went through the divisibility test to free_slow in 28 (glibc takes 9),
+ * instructions, where it went through the divisibility test to free_slow in 26 (glibc takes 9),
  * and the fast path tests nothing more. (A thread that cached the leaf of the first 1 GiB sends
  * NULL the old way, page 0 having no entry: under valgrind, whose mappings land there.) */
 QM_INLINE uintptr_t pagemap_small_entry_or_null(uintptr_t addr, uintptr_t tls_offset, bool *null) {
