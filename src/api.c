@@ -725,7 +725,9 @@ static QM_NOINLINE void free_hardened_slow(void *ptr, size_t size, bool sized, c
 /* As free_fast: the page map says ptr is at an object boundary of a small span (one multiply). */
 QM_INLINE void free_hardened(void *ptr, size_t size, bool sized, const char *call) {
   uintptr_t tls_offset = tcache_tls_offset();
-  uintptr_t entry = pagemap_small_entry((uintptr_t)ptr, tls_offset);
+  bool null;
+  uintptr_t entry = pagemap_small_entry_or_null((uintptr_t)ptr, tls_offset, &null);
+  if (null) return; /* free(NULL), found on the page map's cold branch, as free_fast does */
   uintptr_t span_start = pagemap_entry_span_start(entry);
   uint64_t magic = tcache_magic_of_twice(entry & 0xff, tls_offset);
   if (QM_LIKELY(((uintptr_t)ptr - span_start) * magic < magic)) {
