@@ -592,14 +592,19 @@ static QM_NOINLINE void *realloc_slow(void *ptr, size_t size) {
  * found as free_fast finds it (the thread's page-map leaf, one multiply) and not carrying its free
  * tag; 0 for anything else (NULL, large and sampled blocks, the 8-byte class, a freed block, a
  * foreign or interior pointer), which the caller's slow path sorts out and reports. */
-QM_INLINE unsigned live_small_class(void *ptr, uintptr_t tls_offset) {
+QM_INLINE unsigned live_small_class_or_null(void *ptr, uintptr_t tls_offset, bool *null) {
   uintptr_t addr = (uintptr_t)ptr;
-  uintptr_t entry = pagemap_small_entry(addr, tls_offset);
+  uintptr_t entry = pagemap_small_entry_or_null(addr, tls_offset, null);
   size_t twice_cls = entry & 0xff;
   uint64_t offset = addr + twice_cls - entry, magic = tcache_magic_of_twice(twice_cls, tls_offset);
   if (QM_LIKELY(offset * magic < magic && twice_cls > 2 * SIZECLASS_EIGHT && !freelist_tagged(ptr, freelist_key(ptr))))
     return (unsigned)(twice_cls / 2);
   return 0;
+}
+
+QM_INLINE unsigned live_small_class(void *ptr, uintptr_t tls_offset) {
+  bool null;
+  return live_small_class_or_null(ptr, tls_offset, &null);
 }
 
 /* realloc stays here when ptr is a live small block (live_small_class) and the new size keeps it
@@ -610,7 +615,9 @@ QM_INLINE unsigned live_small_class(void *ptr, uintptr_t tls_offset) {
  * (make fastpath, docs/fastpath.md). */
 QM_INLINE void *realloc_impl(void *ptr, size_t size) {
   if (qm_hardened) return realloc_hardened(ptr, size);
-  unsigned cls = size - 1 < SMALL_MAX ? live_small_class(ptr, tcache_tls_offset()) : 0;
+  bool null = false;
+  unsigned cls = size - 1 < SMALL_MAX ? live_small_class_or_null(ptr, tcache_tls_offset(), &null) : 0;
+  if (null) return malloc_fast(size); /* realloc(NULL, n), found on the page map's cold branch */
   if (QM_LIKELY(cls != 0)) {
     size_t block = sizeclass_size[cls];
     if (sizeclass_of_if_filled(size) == cls || (size <= block && block <= 2 * size)) return ptr;
