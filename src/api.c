@@ -137,14 +137,15 @@ QM_INLINE void free_push_to(void *ptr, tcache_fast_list_t *list, bool tagged) {
   free_push_slow(ptr, list);
 }
 
-QM_INLINE void free_push(void *ptr, unsigned cls) {
-  free_push_to(ptr, tcache_list_from((size_t)cls * sizeof(tcache_list_t), tcache_tls_offset()), false);
+/* This thread's list of class cls. */
+QM_INLINE tcache_fast_list_t *class_list(unsigned cls) {
+  return tcache_list_from((size_t)cls * sizeof(tcache_list_t), tcache_tls_offset());
 }
 
+QM_INLINE void free_push(void *ptr, unsigned cls) { free_push_to(ptr, class_list(cls), false); }
+
 /* The hardened build's push of a block leaving its quarantine: it carries its free tag already. */
-QM_INLINE void free_push_leaving(void *ptr, unsigned cls) {
-  free_push_to(ptr, tcache_list_from((size_t)cls * sizeof(tcache_list_t), tcache_tls_offset()), true);
-}
+QM_INLINE void free_push_leaving(void *ptr, unsigned cls) { free_push_to(ptr, class_list(cls), true); }
 
 /* The thread's cache as the fast paths see it (through %fs where the lists are, tcache_window.h). */
 #if QM_FAST_LIST_IN_FS
@@ -211,9 +212,25 @@ QM_INLINE uint64_t tcache_magic_of_twice(size_t twice_cls, uintptr_t tls_offset)
 #endif
 }
 
-/* free stays here when: the page map says ptr is on a page of a small span, at an object
- * boundary (one multiply rejects interior pointers, foreign pointers and non-small pages alike:
- * class 0's magic is 0), the class is the one of the size a sized free names (expected_offset:
+/* Whether addr is at an object boundary of a small span, the page map's entry in *entry (class * 2
+ * in its low byte, the span's start above): one multiply rejects interior pointers, foreign pointers
+ * and pages that are not small alike (class 0's magic is 0). *null: addr was NULL
+ * (pagemap_small_entry_or_null). The fast paths of free, realloc and malloc_usable_size (the
+ * hardened free has its own, from the span's start). */
+QM_INLINE bool small_object_at(uintptr_t addr, uintptr_t tls_offset, uintptr_t *entry, bool *null) {
+  *entry = pagemap_small_entry_or_null(addr, tls_offset, null);
+  size_t twice_cls = *entry & 0xff; /* the class * 2 (PAGEMAP_SMALL_ENTRY): a scaled index as it is */
+  /* From the span's first object: addr is on a page of that span, so the offset is below the
+   * span's length (< 2^32, which the divisibility test requires) without truncating. */
+  uint64_t offset = addr + twice_cls;
+  __asm__("" : "+r"(offset)); /* (addr + twice_cls) - entry: a lea and a subtract, not a copy and two */
+  offset -= *entry;
+  uint64_t magic = tcache_magic_of_twice(twice_cls, tls_offset);
+  return offset * magic < magic;
+}
+
+/* free stays here when: ptr is at an object boundary of a small span (small_object_at), the class
+ * is the one of the size a sized free names (expected_offset:
  * the class table's entry for the size, class * 16; the size must name the block's real class,
  * one compare with the entry as it is: 0, a size whose page of the table is not filled yet, names
  * none and goes the slow way), and free_push stays on its fast path. NULL, large and invalid
@@ -223,19 +240,11 @@ QM_INLINE void free_fast(void *ptr, bool sized, size_t expected_offset, size_t s
     free_hardened(ptr, 0, false, "free()");
     return;
   }
-  uintptr_t addr = (uintptr_t)ptr;
-  uintptr_t tls_offset = tcache_tls_offset();
-  bool null;
-  uintptr_t entry = pagemap_small_entry_or_null(addr, tls_offset, &null);
+  uintptr_t tls_offset = tcache_tls_offset(), entry;
+  bool null, at_object = small_object_at((uintptr_t)ptr, tls_offset, &entry, &null);
   if (null) return; /* decided on the page map's cold branch: nothing on the fast path */
-  size_t twice_cls = entry & 0xff; /* the class * 2 (PAGEMAP_SMALL_ENTRY): a scaled index as it is */
-  /* From the span's first object: addr is on a page of that span, so the offset is below the
-   * span's length (< 2^32, which the divisibility test requires) without truncating. */
-  uint64_t offset = addr + twice_cls;
-  __asm__("" : "+r"(offset)); /* (addr + twice_cls) - entry: a lea and a subtract, not a copy and two */
-  offset -= entry;
-  uint64_t magic = tcache_magic_of_twice(twice_cls, tls_offset);
-  if (QM_LIKELY(offset * magic < magic && (!sized || twice_cls * (sizeof(tcache_list_t) / 2) == expected_offset))) {
+  size_t twice_cls = entry & 0xff;
+  if (QM_LIKELY(at_object && (!sized || twice_cls * (sizeof(tcache_list_t) / 2) == expected_offset))) {
     free_push_to(ptr, tcache_list_from(twice_cls * (sizeof(tcache_list_t) / 2), tls_offset), false);
     return;
   }
@@ -351,10 +360,14 @@ static QM_NOINLINE QM_COLD __attribute__((noreturn)) void free_fail(void *ptr, c
  * its size (realloc_impl), as TCMalloc does, which saves the copy of a shrinking block (t-test1
  * to 128 KiB: a third of its instructions, in memcpy). A size outside that names another block
  * (a delete on a new[] array, a size from another object): the program stops. A size inside it
- * but not the one asked is accepted: harmless, since the block goes back to its real class. */
-static bool sized_free_names(unsigned cls, size_t size) {
+ * but not the one asked is accepted: harmless, since the block goes back to its real class.
+ * The class table as filled so far is enough: a size in a page of it not filled yet has a class
+ * that holds no block (each class but the first page's holds only sizes above half of it, which
+ * the second test accepts; the first page is filled at init), so realloc's fast path calls this
+ * with no call of its own. */
+QM_INLINE bool sized_free_names(unsigned cls, size_t size) {
   size_t block = sizeclass_size[cls];
-  return size <= SMALL_MAX && (sizeclass_of(size) == cls || (size <= block && block <= 2 * size));
+  return size <= SMALL_MAX && (sizeclass_of_if_filled(size) == cls || (size <= block && block <= 2 * size));
 }
 
 
@@ -501,7 +514,7 @@ QM_INLINE void *aligned_impl(size_t alignment, size_t size) {
   if (QM_LIKELY(size <= SMALL_MAX && alignment <= PAGE_SIZE)) {
     unsigned cls = sizeclass_aligned_from(sizeclass_of_if_filled(size < alignment ? alignment : size), alignment);
     if (QM_LIKELY(cls != 0)) {
-      void *obj = tcache_pop(tcache_list_from((size_t)cls * sizeof(tcache_list_t), tcache_tls_offset()));
+      void *obj = tcache_pop(class_list(cls));
       if (QM_LIKELY(obj != NULL)) return obj;
     }
   }
@@ -593,11 +606,10 @@ static QM_NOINLINE void *realloc_slow(void *ptr, size_t size) {
  * tag; 0 for anything else (NULL, large and sampled blocks, the 8-byte class, a freed block, a
  * foreign or interior pointer), which the caller's slow path sorts out and reports. */
 QM_INLINE unsigned live_small_class_or_null(void *ptr, uintptr_t tls_offset, bool *null) {
-  uintptr_t addr = (uintptr_t)ptr;
-  uintptr_t entry = pagemap_small_entry_or_null(addr, tls_offset, null);
+  uintptr_t entry;
+  bool at_object = small_object_at((uintptr_t)ptr, tls_offset, &entry, null);
   size_t twice_cls = entry & 0xff;
-  uint64_t offset = addr + twice_cls - entry, magic = tcache_magic_of_twice(twice_cls, tls_offset);
-  if (QM_LIKELY(offset * magic < magic && twice_cls > 2 * SIZECLASS_EIGHT && !freelist_tagged(ptr, freelist_key(ptr))))
+  if (QM_LIKELY(at_object && twice_cls > 2 * SIZECLASS_EIGHT && !freelist_tagged(ptr, freelist_key(ptr))))
     return (unsigned)(twice_cls / 2);
   return 0;
 }
@@ -607,22 +619,25 @@ QM_INLINE unsigned live_small_class(void *ptr, uintptr_t tls_offset) {
   return live_small_class_or_null(ptr, tls_offset, &null);
 }
 
+/* block_of for a caller that is not freeing, a live small block found first without its walk of
+ * the page map's root. */
+QM_INLINE block_t live_block_of(void *ptr, const char *call) {
+  unsigned cls = live_small_class(ptr, tcache_tls_offset());
+  return cls != 0 ? (block_t){cls, NULL} : block_of(ptr, call, false);
+}
+
 /* realloc stays here when ptr is a live small block (live_small_class) and the new size keeps it
- * in place: the block's class, or a smaller one down to half the block (sized_free_names' rule). A
+ * in place: the block's class, or a smaller one down to half the block (sized_free_names). A
  * move of such a block knows its class (realloc_move_small); anything else is realloc_slow's. Only
  * calls in tail position, so that staying in place saves no registers: with block_of called first
- * for every block, a realloc that kept its block took 105 instructions, TCMalloc's 55, now 37
+ * for every block, a realloc that kept its block took 105 instructions, TCMalloc's 55, now 36
  * (make fastpath, docs/fastpath.md). */
 QM_INLINE void *realloc_impl(void *ptr, size_t size) {
   if (qm_hardened) return realloc_hardened(ptr, size);
   bool null = false;
   unsigned cls = size - 1 < SMALL_MAX ? live_small_class_or_null(ptr, tcache_tls_offset(), &null) : 0;
   if (null) return malloc_fast(size); /* realloc(NULL, n), found on the page map's cold branch */
-  if (QM_LIKELY(cls != 0)) {
-    size_t block = sizeclass_size[cls];
-    if (sizeclass_of_if_filled(size) == cls || (size <= block && block <= 2 * size)) return ptr;
-    return realloc_move_small(ptr, size, cls);
-  }
+  if (QM_LIKELY(cls != 0)) return sized_free_names(cls, size) ? ptr : realloc_move_small(ptr, size, cls);
   return realloc_slow(ptr, size);
 }
 
@@ -669,7 +684,7 @@ static QM_NOINLINE void *aligned_hardened(size_t alignment, size_t size) {
   unsigned cls = sizeclass_for_aligned(size + HARDEN_TAIL, alignment);
   if (cls != 0) {
     /* The class's list as malloc_hardened pops it; alloc_class's slow path when it is empty. */
-    void *obj = tcache_pop(tcache_list_from((size_t)cls * sizeof(tcache_list_t), tcache_tls_offset()));
+    void *obj = tcache_pop(class_list(cls));
     if (obj == NULL) obj = alloc_class(cls);
     return obj ? harden_handout(obj, cls, size) : NULL;
   }
@@ -731,6 +746,8 @@ static QM_NOINLINE void free_hardened_slow(void *ptr, size_t size, bool sized, c
 
 /* As free_fast: the page map says ptr is at an object boundary of a small span (one multiply). */
 QM_INLINE void free_hardened(void *ptr, size_t size, bool sized, const char *call) {
+  /* small_object_at's test from the span's start, which the checks need (underflows): with
+   * small_object_at and the start derived again, 3 instructions a pair more (make fastpath). */
   uintptr_t tls_offset = tcache_tls_offset();
   bool null;
   uintptr_t entry = pagemap_small_entry_or_null((uintptr_t)ptr, tls_offset, &null);
@@ -758,10 +775,8 @@ static QM_NOINLINE void *realloc_hardened(void *ptr, size_t size) {
     return NULL;
   }
   if (harden_is_zero(ptr)) return malloc_hardened(size);
-  /* A live small block as the default build's realloc finds it (a quarantined one carries its
-   * free tag: block_of reports it); block_of's walk of the page map's root for anything else. */
-  unsigned cls = live_small_class(ptr, tcache_tls_offset());
-  block_t b = cls != 0 ? (block_t){cls, NULL} : block_of(ptr, "realloc()", false);
+  /* (a quarantined block carries its free tag: block_of reports it) */
+  block_t b = live_block_of(ptr, "realloc()");
   size_t old;
   if (b.cls != 0) {
     old = harden_request_size(ptr, b.cls, "realloc()");
@@ -797,8 +812,7 @@ static QM_NOINLINE void *realloc_hardened(void *ptr, size_t size) {
 /* The request size of a small block (its canary checked), the pages but the guard of a large one. */
 static QM_NOINLINE size_t usable_hardened(void *ptr) {
   if (harden_is_zero(ptr)) return 0;
-  unsigned cls = live_small_class(ptr, tcache_tls_offset());
-  block_t b = cls != 0 ? (block_t){cls, NULL} : block_of(ptr, "malloc_usable_size()", false);
+  block_t b = live_block_of(ptr, "malloc_usable_size()");
   return b.cls ? harden_request_size(ptr, b.cls, "malloc_usable_size()") : large_usable_hardened(b.span);
 }
 
@@ -860,15 +874,12 @@ QM_EXPORT void *qm_pvalloc(size_t size) {
 
 static size_t usable_hardened(void *ptr);
 
-/* A live small block's class size without block_of's walk of the page map's root: 27
- * instructions. (Called in a loop under callgrind, loop included: 60 a call before, now 34;
- * TCMalloc 38, mimalloc 35, glibc 20.) */
+/* A live small block's class size without block_of's walk of the page map's root (a loop of calls
+ * under callgrind, loop included: 60 a call before, now 36; TCMalloc 38, mimalloc 35, glibc 20). */
 QM_EXPORT size_t qm_malloc_usable_size(void *ptr) {
-  if (qm_hardened) return ptr != NULL ? usable_hardened(ptr) : 0;
-  unsigned cls = live_small_class(ptr, tcache_tls_offset());
-  if (QM_LIKELY(cls != 0)) return sizeclass_size[cls];
   if (ptr == NULL) return 0;
-  return block_usable(block_of(ptr, "malloc_usable_size()", false));
+  if (qm_hardened) return usable_hardened(ptr);
+  return block_usable(live_block_of(ptr, "malloc_usable_size()"));
 }
 
 /* A sized free off the fast path: a block above SMALL_MAX, or an alignment above 16. The
