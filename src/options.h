@@ -102,7 +102,7 @@
   X(TRANSFER_BATCH, transfer_batch, COUNT, 16, 1, 1024,                                            \
     "most objects moved between a thread cache and the central lists at once")                     \
   X(DECAY_MS, decay_ms, MS, 250, -1, 3600000,                                                      \
-    "free pages unused this long are returned to the OS (0: at once; never or -1: only by malloc_trim)") \
+    "free pages unused this long are returned to the OS (0: at once; never or -1: only by malloc_trim), and those a growing heap cannot use when it faults in new ones") \
   X(RETAIN_MAX, retain_max, BYTES, 64 * OPTIONS_MIB, 0, 1 * OPTIONS_TIB,                           \
     "free but not yet returned bytes above which pages are returned at once (plus the heap in use, up to as much again)") \
   X(RELEASE_LARGE, release_large, BYTES, 32 * OPTIONS_MIB, 0, 1 * OPTIONS_TIB,                     \

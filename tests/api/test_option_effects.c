@@ -54,6 +54,15 @@ static int child(const char *workload) {
     usleep(50 * 1000);
     free(malloc(300 << 10));
   }
+  if (strcmp(workload, "grow-steps") == 0) { /* a block grown by steps, each too large for the last one freed */
+    size_t size = 1 << 20;
+    char *p = memset(malloc(size), 1, size);
+    for (int i = 0; i < 4; i++, size *= 2) {
+      char *q = memset(malloc(2 * size), 2, 2 * size);
+      free(p);
+      p = q;
+    }
+  }
   if (strcmp(workload, "keep-2m") == 0) memset(malloc(2 << 20), 1, 2 << 20);
   if (strcmp(workload, "usable-8") == 0) printf("usable %zu\n", malloc_usable_size(malloc(8)));
   if (strcmp(workload, "bad-sized-free") == 0) free_sized(malloc(100), 5000);
@@ -165,6 +174,18 @@ int main(int argc, char **argv) {
    * small to hold a whole kernel page cannot be, and stays. */
   const char *os_page = getenv("QMALLOC_OS_PAGE");
   CHECK(field(&r, "pageheap_free") == 0 || (os_page && !strcmp(os_page, "64K") && field(&r, "pageheap_free") < (64 << 10)));
+
+  /* Steps of 1, 2, 4 and 8 MiB freed, 16 MiB live: each step's pages are faulted in while the
+   * steps before it, too small for it, sit free. With the decay far off, those go back as the
+   * growth faults pages in (about 7 MiB), so only the last step freed stays resident and free; with
+   * the decay "never", nothing goes back but by malloc_trim (15 MiB free and resident). */
+  run(&r, "grow-steps", "QMALLOC_DECAY_MS=10s");
+  CHECK(exited_ok(&r) && field(&r, "large_in_use") == (16 << 20));
+  CHECK_MSG(field(&r, "released_bytes_total") >= (6 << 20) && field(&r, "pageheap_free") <= (9 << 20),
+            "grow-steps: %lld bytes released, %lld free and resident", field(&r, "released_bytes_total"),
+            field(&r, "pageheap_free"));
+  run(&r, "grow-steps", "QMALLOC_DECAY_MS=never");
+  CHECK(exited_ok(&r) && field(&r, "released_bytes_total") == 0 && field(&r, "pageheap_free") >= (14 << 20));
 
   run(&base, "keep-2m", NULL);
   CHECK_EQ(field(&base, "huge_blocks"), 0);
