@@ -74,12 +74,15 @@ static const int qm_debug = 0;
 #define OS_CHUNK_SIZE ((size_t)32 << 20)
 
 /* A request of at least this many pages that faults pages in at a new high of the heap in use first
- * releases as many free backed ones (pageheap.c, pageheap_release_for_growth). For every request,
- * t-test1 and mixed-stress (blocks to 128 KiB, spans coming and going) took 1.069 and 1.146 times
- * the time (mtbench's quick preset, 5 repetitions side by side): their small free spans went back
- * and were faulted in again; at a new high only, mixed-stress 1.076 (0.937-1.289); with this bound,
- * 0.990 and 1.006. */
+ * releases free backed ones (pageheap.c, pageheap_release_for_growth). Measured with a first version
+ * that released any free span: for requests of every size, at every request, t-test1 and
+ * mixed-stress (blocks to 128 KiB, spans coming and going) took 1.069 and 1.146 times the time
+ * (mtbench's quick preset, 5 repetitions side by side), their small free spans gone back and faulted
+ * in again; at new highs only, mixed-stress 1.076 (0.937-1.289); with this bound too, 0.990 and 1.006. */
 #define PAGEHEAP_GROWTH_RELEASE_PAGES (((size_t)1 << 20) / PAGE_SIZE)
+/* How many of the free backed spans such a request looks at, the ones free longest first: a bound
+ * on the time a request spends there, taken under the page heap's lock. */
+#define PAGEHEAP_GROWTH_SCAN 64
 
 /* Free spans shorter than this many pages live in exact-length lists; longer ones in one list
  * searched best-fit (few and large, so the search is short). */
