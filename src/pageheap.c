@@ -455,7 +455,7 @@ static span_t *pageheap_join(size_t need) {
  * at 29.9 MB where glibc's malloc, which maps such blocks on their own and unmaps them at free, took
  * 24.5 MB. So the free backed spans of at most half the request go first, the ones free longest
  * first, as many pages as the request faults in (PAGEHEAP_GROWTH_SCAN spans looked at, at most):
- * 28.9 MB. Larger ones stay: a working set of large blocks that turns over reuses them (mtbench
+ * 29.0 MB. Larger ones stay: a working set of large blocks that turns over reuses them (mtbench
  * large-blocks --live 3: releasing every span, whatever its size, cost 19% more page faults, 4,000
  * on a run of 21,500, and took its peak RSS from 86.9 to 77.7 MB; python3 27.8 MB). Only at a new
  * high, where the peak is set; below it the decay suffices. Requires the lock. */

@@ -73,8 +73,9 @@ static void release_stop(void) {
 
 static void *release_main(void *unused) {
   /* Named by itself: glibc names its own thread with one prctl, where naming another thread
-   * formats a /proc path with sprintf, whose code (three 64 KiB fault-around windows of libc's
-   * text) then counted in every process's resident set: 192 KiB (mtbench prodcons). */
+   * formats a /proc path with sprintf, whose code (two 64 KiB fault-around windows of libc's text)
+   * then counted in the resident set of a program that does not print: 128 KiB (mtbench prodcons
+   * before it prints, docs/design.md). */
   pthread_setname_np(pthread_self(), "qmalloc-release");
   sigset_t all;
   sigfillset(&all);
