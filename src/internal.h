@@ -112,6 +112,7 @@ typedef struct pageheap_stats_s {
   size_t free_backed_bytes, free_released_bytes, small_span_bytes, large_bytes, direct_bytes;
   size_t free_spans, direct_blocks;
   uint64_t release_calls, released_bytes_total, release_failures, unmap_failures, unmapped_bytes_total;
+  uint64_t growth_released_bytes;
 } pageheap_stats_t;
 void pageheap_stats(pageheap_stats_t *out);
 
@@ -288,7 +289,7 @@ typedef struct stats_snapshot_s {
   size_t small_in_use, large_in_use, huge_in_use, huge_blocks, free_spans, threads;
   intptr_t unclaimed_budget;
   uint64_t refills, flushes, gc_runs, idle_reclaims, idle_reclaimed_bytes, release_calls, released_bytes_total;
-  uint64_t release_failures, unmapped_bytes_total, unmap_failures, releaser_wakeups;
+  uint64_t growth_released_bytes, release_failures, unmapped_bytes_total, unmap_failures, releaser_wakeups;
   uint64_t prof_sample_rate, prof_samples, prof_samples_stretched, prof_live_samples, prof_live_bytes; /* prof.c */
   size_t class_in_use[SIZECLASS_COUNT], class_free[SIZECLASS_COUNT], class_spans[SIZECLASS_COUNT];
   tcache_thread_stats_t thread[STATS_THREADS_SHOWN]; /* the first live caches (threads counts all) */

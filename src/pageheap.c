@@ -37,6 +37,7 @@ static struct {
   size_t small_span_bytes, large_bytes, direct_bytes, direct_blocks;
   size_t free_spans;
   uint64_t release_calls, released_bytes_total;
+  uint64_t growth_released_bytes; /* of released_bytes_total: by pageheap_release_for_growth */
   uint64_t release_failures, unmap_failures; /* calls the kernel refused (the memory was kept) */
   uint64_t unmapped_bytes_total;             /* address space of free spans given back */
   uint64_t joins; /* backed spans joined with a released neighbour for a larger request */
@@ -467,7 +468,9 @@ static void pageheap_release_for_growth(size_t need) {
     newer = s->u.age.newer; /* a release may split s and put its edges last on the age list */
     size_t npages = s->npages;
     if (2 * npages > need) continue;
+    uint64_t before = pageheap.released_bytes_total;
     if (!pageheap_release_span(s, now)) return; /* the kernel refused: the decay's retry covers it */
+    pageheap.growth_released_bytes += pageheap.released_bytes_total - before;
     left = npages >= left ? 0 : left - npages;
   }
 }
@@ -734,6 +737,7 @@ void pageheap_stats(pageheap_stats_t *out) {
   out->direct_blocks = pageheap.direct_blocks;
   out->free_spans = pageheap.free_spans;
   out->release_calls = pageheap.release_calls;
+  out->growth_released_bytes = pageheap.growth_released_bytes;
   out->released_bytes_total = pageheap.released_bytes_total;
   out->release_failures = pageheap.release_failures;
   out->unmap_failures = pageheap.unmap_failures;

@@ -46,6 +46,7 @@ size_t stats_mapped(void) { return (size_t)__atomic_load_n(&stats_mapped_bytes, 
   X(idle_reclaimed_bytes, "bytes in the thread caches taken back from idle threads")            \
   X(release_calls, "free spans released to the OS")                                             \
   X(released_bytes_total, "bytes released to the OS since start")                               \
+  X(growth_released_bytes, "of those, bytes released as the heap grew past them")              \
   X(release_failures, "releases the kernel refused (the pages stayed resident and dirty)")       \
   X(unmapped_bytes_total, "bytes of address space of free spans unmapped since start")           \
   X(unmap_failures, "unmaps the kernel refused (the range was kept for reuse)")                  \
@@ -105,6 +106,7 @@ void stats_snapshot(stats_snapshot_t *s) {
   s->idle_reclaimed_bytes = tc.reclaimed_bytes;
   s->release_calls = ph.release_calls;
   s->released_bytes_total = ph.released_bytes_total;
+  s->growth_released_bytes = ph.growth_released_bytes;
   s->release_failures = ph.release_failures;
   s->unmapped_bytes_total = ph.unmapped_bytes_total;
   s->unmap_failures = ph.unmap_failures;
