@@ -171,7 +171,7 @@ QM_INLINE tcache_fast_t *tcache_fast(uintptr_t tls_offset) {
  * instructions, where it went through the divisibility test to free_slow in 26 (glibc takes 9),
  * and the fast path tests nothing more. (A thread that cached the leaf of the first 1 GiB sends
  * NULL the old way, page 0 having no entry: under valgrind, whose mappings land there.) */
-QM_INLINE uintptr_t pagemap_small_entry_or_null(uintptr_t addr, uintptr_t tls_offset, bool *null) {
+QM_INLINE uintptr_t pagemap_small_entry(uintptr_t addr, uintptr_t tls_offset, bool *null) {
   uintptr_t page = addr >> PAGE_SHIFT, key = page >> PAGEMAP_LEAF_BITS;
   tcache_fast_t *tc = tcache_fast(tls_offset);
   *null = false;
@@ -187,11 +187,6 @@ QM_INLINE uintptr_t pagemap_small_entry_or_null(uintptr_t addr, uintptr_t tls_of
     tc->leaf_key = key;
   }
   return __atomic_load_n((const uintptr_t *)(tc->leaf_base + page * sizeof(uintptr_t)), __ATOMIC_RELAXED);
-}
-
-QM_INLINE uintptr_t pagemap_small_entry(uintptr_t addr, uintptr_t tls_offset) {
-  bool null;
-  return pagemap_small_entry_or_null(addr, tls_offset, &null);
 }
 
 /* The class's divisibility magic (sizeclass_magic[twice_cls / 2]) from this thread's copy
@@ -215,10 +210,10 @@ QM_INLINE uint64_t tcache_magic_of_twice(size_t twice_cls, uintptr_t tls_offset)
 /* Whether addr is at an object boundary of a small span, the page map's entry in *entry (class * 2
  * in its low byte, the span's start above): one multiply rejects interior pointers, foreign pointers
  * and pages that are not small alike (class 0's magic is 0). *null: addr was NULL
- * (pagemap_small_entry_or_null). The fast paths of free, realloc and malloc_usable_size (the
+ * (pagemap_small_entry). The fast paths of free, realloc and malloc_usable_size (the
  * hardened free has its own, from the span's start). */
 QM_INLINE bool small_object_at(uintptr_t addr, uintptr_t tls_offset, uintptr_t *entry, bool *null) {
-  *entry = pagemap_small_entry_or_null(addr, tls_offset, null);
+  *entry = pagemap_small_entry(addr, tls_offset, null);
   size_t twice_cls = *entry & 0xff; /* the class * 2 (PAGEMAP_SMALL_ENTRY): a scaled index as it is */
   /* From the span's first object: addr is on a page of that span, so the offset is below the
    * span's length (< 2^32, which the divisibility test requires) without truncating. */
@@ -604,8 +599,9 @@ static QM_NOINLINE void *realloc_slow(void *ptr, size_t size) {
 /* The class of ptr if it is a live small block of a class with a free tag (16 bytes and more),
  * found as free_fast finds it (the thread's page-map leaf, one multiply) and not carrying its free
  * tag; 0 for anything else (NULL, large and sampled blocks, the 8-byte class, a freed block, a
- * foreign or interior pointer), which the caller's slow path sorts out and reports. */
-QM_INLINE unsigned live_small_class_or_null(void *ptr, uintptr_t tls_offset, bool *null) {
+ * foreign or interior pointer), which the caller's slow path sorts out and reports. *null: ptr was
+ * NULL (pagemap_small_entry). */
+QM_INLINE unsigned live_small_class(void *ptr, uintptr_t tls_offset, bool *null) {
   uintptr_t entry;
   bool at_object = small_object_at((uintptr_t)ptr, tls_offset, &entry, null);
   size_t twice_cls = entry & 0xff;
@@ -614,15 +610,11 @@ QM_INLINE unsigned live_small_class_or_null(void *ptr, uintptr_t tls_offset, boo
   return 0;
 }
 
-QM_INLINE unsigned live_small_class(void *ptr, uintptr_t tls_offset) {
-  bool null;
-  return live_small_class_or_null(ptr, tls_offset, &null);
-}
-
 /* block_of for a caller that is not freeing, a live small block found first without its walk of
  * the page map's root. */
 QM_INLINE block_t live_block_of(void *ptr, const char *call) {
-  unsigned cls = live_small_class(ptr, tcache_tls_offset());
+  bool null; /* (its callers took NULL aside) */
+  unsigned cls = live_small_class(ptr, tcache_tls_offset(), &null);
   return cls != 0 ? (block_t){cls, NULL} : block_of(ptr, call, false);
 }
 
@@ -635,7 +627,7 @@ QM_INLINE block_t live_block_of(void *ptr, const char *call) {
 QM_INLINE void *realloc_impl(void *ptr, size_t size) {
   if (qm_hardened) return realloc_hardened(ptr, size);
   bool null = false;
-  unsigned cls = size - 1 < SMALL_MAX ? live_small_class_or_null(ptr, tcache_tls_offset(), &null) : 0;
+  unsigned cls = size - 1 < SMALL_MAX ? live_small_class(ptr, tcache_tls_offset(), &null) : 0;
   if (null) return malloc_fast(size); /* realloc(NULL, n), found on the page map's cold branch */
   if (QM_LIKELY(cls != 0)) return sized_free_names(cls, size) ? ptr : realloc_move_small(ptr, size, cls);
   return realloc_slow(ptr, size);
@@ -750,7 +742,7 @@ QM_INLINE void free_hardened(void *ptr, size_t size, bool sized, const char *cal
    * small_object_at and the start derived again, 3 instructions a pair more (make fastpath). */
   uintptr_t tls_offset = tcache_tls_offset();
   bool null;
-  uintptr_t entry = pagemap_small_entry_or_null((uintptr_t)ptr, tls_offset, &null);
+  uintptr_t entry = pagemap_small_entry((uintptr_t)ptr, tls_offset, &null);
   if (null) return; /* free(NULL), found on the page map's cold branch, as free_fast does */
   uintptr_t span_start = pagemap_entry_span_start(entry);
   uint64_t magic = tcache_magic_of_twice(entry & 0xff, tls_offset);
