@@ -73,6 +73,11 @@ bool os_unmap(void *addr, size_t size);
 /* Gives the pages back to the OS: true only if the kernel dropped them, so that they read as zero
  * on the next touch. False (mlock'ed memory, for one) leaves their contents as they were. */
 bool os_release(void *addr, size_t size);
+/* Which of `units` consecutive units of `unit` bytes from addr hold a page in memory (mincore):
+ * resident[i] = 1 if any of unit i's kernel pages does, else 0. A page never touched, given back,
+ * or swapped out holds none. `unit` is a multiple of the kernel's page (os_page_size() or more).
+ * False if the kernel refused; resident[] is then undefined. */
+bool os_resident_units(const void *addr, size_t unit, size_t units, uint8_t *resident);
 /* Moves a mapping onto `target`, a mapping of at least new_size bytes that the caller owns and
  * gives up (mremap MREMAP_FIXED replaces it); the old range is unmapped. False if impossible, and
  * then both ranges are as they were. */

@@ -1,4 +1,4 @@
-/* Linux implementation of os.h: mmap, munmap, madvise, mremap, membarrier, clock_gettime.
+/* Linux implementation of os.h: mmap, munmap, madvise, mremap, mincore, membarrier, clock_gettime.
  * Release uses MADV_DONTNEED, not MADV_FREE: DONTNEED drops the pages from RSS at once and
  * guarantees zeroes on the next touch, so the RSS a user measures is what the heap really holds
  * and released spans can serve calloc without memset; MADV_FREE defers both to memory pressure.
@@ -181,6 +181,26 @@ bool os_unmap(void *addr, size_t size) {
 bool os_release(void *addr, size_t size) {
   int saved = errno;
   bool ok = madvise(addr, size, MADV_DONTNEED) == 0;
+  errno = saved;
+  return ok;
+}
+
+bool os_resident_units(const void *addr, size_t unit, size_t units, uint8_t *resident) {
+  size_t kernel = os_kernel_page(), per = unit / kernel;
+  unsigned char vec[256]; /* kernel pages asked about at once */
+  size_t batch_units = per <= sizeof vec ? sizeof vec / per : 0;
+  if (per == 0 || unit % kernel != 0 || batch_units == 0) return false;
+  int saved = errno;
+  bool ok = true;
+  for (size_t done = 0; ok && done < units; done += batch_units) {
+    size_t n = units - done < batch_units ? units - done : batch_units;
+    ok = mincore((void *)((uintptr_t)addr + done * unit), n * unit, vec) == 0;
+    for (size_t i = 0; ok && i < n; i++) {
+      uint8_t any = 0;
+      for (size_t k = 0; k < per; k++) any |= vec[i * per + k] & 1;
+      resident[done + i] = any;
+    }
+  }
   errno = saved;
   return ok;
 }

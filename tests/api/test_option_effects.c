@@ -63,6 +63,18 @@ static int child(const char *workload) {
       p = q;
     }
   }
+  if (strcmp(workload, "partly-touched") == 0) { /* 8 MiB freed, of which the program wrote 1 MiB */
+    char *p = malloc(8 << 20);
+    memset(p, 1, 1 << 20);
+    free(p);
+    fflush(stdout);
+    qm_stats_print(1, QM_STATS_JSON); /* the statistics the parent reads: the first printed */
+    size_t mapped = mallinfo2().arena;
+    char *q = malloc(8 << 20); /* a block of that size again, from the freed one's pieces joined */
+    printf("heap grown: %s\n", q == NULL || mallinfo2().arena != mapped ? "yes" : "no");
+    memset(q, 2, 8 << 20);
+    free(q);
+  }
   if (strcmp(workload, "keep-2m") == 0) memset(malloc(2 << 20), 1, 2 << 20);
   if (strcmp(workload, "usable-8") == 0) printf("usable %zu\n", malloc_usable_size(malloc(8)));
   if (strcmp(workload, "bad-sized-free") == 0) free_sized(malloc(100), 5000);
@@ -188,6 +200,16 @@ int main(int argc, char **argv) {
   run(&r, "grow-steps", "QMALLOC_DECAY_MS=never");
   CHECK(exited_ok(&r) && field(&r, "released_bytes_total") == 0 && field(&r, "growth_released_bytes") == 0 &&
         field(&r, "pageheap_free") >= (14 << 20));
+
+  /* A freed block's pages the program never touched are not counted (nor reused first) as free and
+   * resident: of 8 MiB written to 1 MiB, about 1 MiB stays backed after its free (all 8 MiB
+   * before, with the decay far off), and the two pieces still serve a block of that size again
+   * without a new mapping. */
+  run(&r, "partly-touched", "QMALLOC_DECAY_MS=10s");
+  CHECK_MSG(exited_ok(&r) && strstr(r.out, "heap grown: no\n") != NULL, "partly-touched: %s", r.out);
+  CHECK_MSG(field(&r, "pageheap_free") >= 0 && field(&r, "pageheap_free") <= (2 << 20),
+            "partly-touched: %lld bytes free and counted resident after freeing 8 MiB of which 1 MiB was written",
+            field(&r, "pageheap_free"));
 
   run(&base, "keep-2m", NULL);
   CHECK_EQ(field(&base, "huge_blocks"), 0);
