@@ -90,10 +90,15 @@ span_t *span_new(uintptr_t start, size_t npages, span_state_t state); /* NULL if
 void span_delete(span_t *span);
 
 /* ---- pageheap.c: every function takes the page heap lock itself ---- */
+/* The part of a span from pageheap_alloc known to read as zero: [lo, hi) (empty if lo == hi),
+ * pages given back to the OS or never touched. */
+typedef struct {
+  uintptr_t lo, hi;
+} zero_range_t;
 /* A span of npages pages whose start is a multiple of align_pages pages, set up as a small span
  * of `sizeclass` (page map filled) or, with sizeclass 0, as a large object. NULL if out of
- * memory. *zeroed tells whether all its pages are known to be zero (may be NULL). */
-span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, bool *zeroed);
+ * memory. *zero: which of its pages are known to read as zero (may be NULL). */
+span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, zero_range_t *zero);
 /* Returns a small or large span to the free lists (coalescing), or unmaps a direct mapping. */
 void pageheap_free(span_t *span);
 /* Resizes a large span in place (shrinks, or grows into a free right neighbour); true if done. */

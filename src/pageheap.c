@@ -415,7 +415,7 @@ static span_t *pageheap_released_neighbour(const span_t *s, bool after) {
  * the backed part of such a pair is never reused by a larger request (mtbench large-blocks: twice
  * tcmalloc's page faults). The joined span holds dirty pages, so it is backed (calloc clears it).
  * Unaligned requests only. Requires the lock; returns the span in the backed set, or NULL. */
-static span_t *pageheap_join(size_t need) {
+static span_t *pageheap_join(size_t need, zero_range_t *zero) {
   span_t *best = NULL, *best_n = NULL;
   size_t looked = 0;
   for (size_t i = PAGEHEAP_LISTS; i-- > 0 && looked < PAGEHEAP_JOIN_SCAN;) {
@@ -437,8 +437,16 @@ static span_t *pageheap_join(size_t need) {
   bool after = best_n->start > best->start;
   pageheap_remove(best);
   pageheap_remove(best_n);
-  if (after) best_n->start += take * PAGE_SIZE; /* the neighbour keeps its far end */
-  else best->start -= take * PAGE_SIZE;
+  if (after) { /* the neighbour keeps its far end */
+    zero->lo = best_n->start;
+    best_n->start += take * PAGE_SIZE;
+    zero->hi = best_n->start;
+  } else {
+    zero->hi = best->start;
+    best->start -= take * PAGE_SIZE;
+    zero->lo = best->start;
+  }
+  if (qm_hardened) zero->lo = zero->hi = 0; /* parked pages (harden_park.c) come back as they were */
   best_n->npages -= (uint32_t)take;
   if (best_n->npages > 0) pageheap_insert(best_n); /* still released, next to a span in use */
   else span_delete(best_n);
@@ -479,20 +487,23 @@ static void pageheap_release_for_growth(size_t need) {
  * faults), then a backed span joined with its released neighbour (faults for the difference only;
  * unaligned requests), then released, then fresh address space if `grow`; before those two, at a
  * new high of the heap in use, as many backed pages are released as are about to be faulted in.
- * Requires the lock. */
-static span_t *pageheap_find_any(size_t need, bool aligned, bool grow) {
+ * *zero: the part of the span known to read as zero (all of a released one, the released part of
+ * a joined one). Requires the lock. */
+static span_t *pageheap_find_any(size_t need, bool aligned, bool grow, zero_range_t *zero) {
   size_t in_use = pageheap.small_span_bytes + pageheap.large_bytes + pageheap.direct_bytes + need * PAGE_SIZE;
   bool new_high = in_use > pageheap.in_use_high;
   if (new_high) pageheap.in_use_high = in_use;
+  zero->lo = zero->hi = 0;
   span_t *span = pageheap_find(&pageheap.backed, need);
-  if (span == NULL && !aligned) span = pageheap_join(need);
+  if (span == NULL && !aligned) span = pageheap_join(need, zero);
   if (span == NULL && new_high && need >= PAGEHEAP_GROWTH_RELEASE_PAGES) pageheap_release_for_growth(need);
   if (span == NULL) span = pageheap_find(&pageheap.released, need);
   if (span == NULL && grow && pageheap_grow(need)) span = pageheap_find(&pageheap.released, need);
+  if (span != NULL && span->state == SPAN_FREE_RELEASED) zero->lo = span->start, zero->hi = span->start + (uintptr_t)span->npages * PAGE_SIZE;
   return span;
 }
 
-span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, bool *zeroed) {
+span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, zero_range_t *zero) {
   if (npages == 0 || npages > UINT32_MAX || align_pages > UINT32_MAX) return NULL;
   size_t need = npages + align_pages - 1;
   /* Huge blocks, and blocks whose alignment is larger than a chunk (memalign(1 TiB, 100)), get a
@@ -502,11 +513,12 @@ span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, bo
                                         align_pages * PAGE_SIZE > OS_CHUNK_SIZE);
   pthread_mutex_lock(&pageheap.lock);
   pageheap_decay(os_now_ms());
-  span_t *span = pageheap_find_any(need, align_pages > 1, !own_mapping);
+  zero_range_t found_zero;
+  span_t *span = pageheap_find_any(need, align_pages > 1, !own_mapping, &found_zero);
   if (span == NULL) {
     span = own_mapping ? pageheap_alloc_direct(npages, align_pages) : NULL;
     pthread_mutex_unlock(&pageheap.lock);
-    if (span != NULL && zeroed) *zeroed = true;
+    if (span != NULL && zero) zero->lo = span->start, zero->hi = span->start + (uintptr_t)span->npages * PAGE_SIZE;
     return span;
   }
   pageheap_remove(span);
@@ -528,7 +540,12 @@ span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, bo
    * of its time: its spans go back and forth between the central lists and the page heap.) */
   if (qm_hardened && span->parked) harden_unpark(span->start, span->npages * PAGE_SIZE);
   span->parked = 0;
-  if (zeroed) *zeroed = free_state == SPAN_FREE_RELEASED;
+  if (zero) { /* what of the span found is this span's */
+    uintptr_t lo = span->start, hi = span->start + (uintptr_t)span->npages * PAGE_SIZE;
+    zero->lo = found_zero.lo > lo ? found_zero.lo : lo;
+    zero->hi = found_zero.hi < hi ? found_zero.hi : hi;
+    if (zero->lo >= zero->hi) zero->lo = zero->hi = 0;
+  }
   if (sizeclass != 0) {
     span->state = SPAN_SMALL;
     span->sizeclass = (uint8_t)sizeclass;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -74,6 +75,19 @@ static int child(const char *workload) {
     printf("heap grown: %s\n", q == NULL || mallinfo2().arena != mapped ? "yes" : "no");
     memset(q, 2, 8 << 20);
     free(q);
+  }
+  if (strcmp(workload, "calloc-joined") == 0) { /* calloc(8 MiB) over 2 MiB freed and the released pages after them */
+    char *p = malloc(2 << 20);
+    memset(p, 7, 2 << 20);
+    free(p);
+    struct rusage before, after;
+    getrusage(RUSAGE_SELF, &before);
+    char *q = calloc(1, 8 << 20);
+    getrusage(RUSAGE_SELF, &after);
+    size_t nonzero = 0;
+    for (size_t at = 0; at < (8 << 20); at++) nonzero += q[at] != 0;
+    printf("calloc: same place %s, %ld page faults, %zu bytes not zero\n", q == p ? "yes" : "no",
+           after.ru_minflt - before.ru_minflt, nonzero);
   }
   if (strcmp(workload, "keep-2m") == 0) memset(malloc(2 << 20), 1, 2 << 20);
   if (strcmp(workload, "usable-8") == 0) printf("usable %zu\n", malloc_usable_size(malloc(8)));
@@ -210,6 +224,17 @@ int main(int argc, char **argv) {
   CHECK_MSG(field(&r, "pageheap_free") >= 0 && field(&r, "pageheap_free") <= (2 << 20),
             "partly-touched: %lld bytes free and counted resident after freeing 8 MiB of which 1 MiB was written",
             field(&r, "pageheap_free"));
+
+  /* calloc clears only what may hold data: over 2 MiB just freed and the 6 MiB of released pages
+   * after them (joined: pageheap_join), it clears the 2 MiB, and reads zero everywhere; clearing
+   * all 8 MiB faulted in the 6 MiB (1,536 faults of 4 KiB pages). */
+  run(&r, "calloc-joined", "QMALLOC_DECAY_MS=10s");
+  long calloc_faults = -1;
+  size_t calloc_nonzero = 1;
+  const char *line = strstr(r.out, "calloc: same place yes, ");
+  CHECK_MSG(exited_ok(&r) && line && sscanf(line, "calloc: same place yes, %ld page faults, %zu bytes not zero", &calloc_faults,
+                                            &calloc_nonzero) == 2 && calloc_nonzero == 0 && calloc_faults < 256,
+            "calloc-joined: %s", r.out);
 
   run(&base, "keep-2m", NULL);
   CHECK_EQ(field(&base, "huge_blocks"), 0);

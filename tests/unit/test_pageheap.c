@@ -54,9 +54,9 @@ int main(void) {
   span_t *pin = pageheap_alloc(1, 1, 0, NULL);
   pageheap_release_all();
   size_t mapped_before = stats_mapped();
-  bool zeroed = false;
-  span_t *again = pageheap_alloc(64, 1, 0, &zeroed);
-  CHECK(again != NULL && zeroed);
+  zero_range_t zero = {0, 0};
+  span_t *again = pageheap_alloc(64, 1, 0, &zero);
+  CHECK(again != NULL && zero.lo == again->start && zero.hi == again->start + 64 * PAGE_SIZE);
   CHECK_EQ(stats_mapped(), mapped_before); /* reused, no new address space */
   pageheap_free(again);
   pageheap_free(pin);
@@ -118,8 +118,8 @@ int main(void) {
 
   /* Huge: a mapping of its own; mremap keeps contents; freeing unmaps it. */
   size_t huge_pages = ((size_t)option(OPTION_RELEASE_LARGE) >> PAGE_SHIFT) + 1;
-  span_t *h = pageheap_alloc(huge_pages, 1, 0, &zeroed);
-  CHECK(h != NULL && h->direct && zeroed);
+  span_t *h = pageheap_alloc(huge_pages, 1, 0, &zero);
+  CHECK(h != NULL && h->direct && zero.lo == h->start && zero.hi == h->start + h->npages * PAGE_SIZE);
   memset((void *)h->start, 0x5a, huge_pages * PAGE_SIZE);
   span_t *h2 = pageheap_remap(h, huge_pages * 2);
   CHECK(h2 != NULL);
@@ -182,9 +182,10 @@ int main(void) {
   span_t *right = free_span_at(old_start + 200 * PAGE_SIZE);
   CHECK(right != NULL && right->state == SPAN_FREE_RELEASED && right->npages >= 100);
   size_t right_pages = right ? right->npages : 0;
-  zeroed = true;
-  span_t *grown = pageheap_alloc(300, 1, 0, &zeroed);
-  CHECK(grown != NULL && grown->start == old_start && grown->npages == 300 && !zeroed);
+  /* Its first 200 pages hold data; the 100 taken from the released neighbour read as zero. */
+  span_t *grown = pageheap_alloc(300, 1, 0, &zero);
+  CHECK(grown != NULL && grown->start == old_start && grown->npages == 300);
+  CHECK(zero.lo == old_start + 200 * PAGE_SIZE && zero.hi == old_start + 300 * PAGE_SIZE);
   CHECK(((unsigned char *)old_start)[0] == 0x77 && ((unsigned char *)old_start)[200 * PAGE_SIZE - 1] == 0x77);
   span_t *rest = free_span_at(old_start + 300 * PAGE_SIZE);
   CHECK(rest != NULL && rest->state == SPAN_FREE_RELEASED && rest->npages == right_pages - 100);
