@@ -84,11 +84,6 @@ static const int qm_debug = 0;
  * on the time a request spends there, taken under the page heap's lock. */
 #define PAGEHEAP_GROWTH_SCAN 64
 
-/* A freed large block of at least this many pages has its pages that hold no memory (never
- * touched) filed released, not backed (pageheap.c, pageheap_file_freed_large): one mincore per free
- * of 256 KiB or more; the sampled blocks of the heap profiler, a page or two each, are not asked. */
-#define PAGEHEAP_RESIDENCY_MIN_PAGES 32
-
 /* A freed large block of at least PAGEHEAP_RESIDENCY_MIN_PAGES pages (256 KiB: not the heap
  * profiler's sampled blocks, a page or two each) whose last page holds no memory has its runs of
  * pages that hold none filed released, not backed (pageheap_file_freed_large). Only runs of at least

@@ -413,7 +413,8 @@ static span_t *pageheap_released_neighbour(const span_t *s, bool after) {
  * program that frees a 20 MiB block and asks for 25 MiB faults in 5 MiB, not 25: backed and
  * released neighbours are kept apart when freed (the released count stays exact), and without this
  * the backed part of such a pair is never reused by a larger request (mtbench large-blocks: twice
- * tcmalloc's page faults). The joined span holds dirty pages, so it is backed (calloc clears it).
+ * tcmalloc's page faults). The joined span holds dirty pages, so it is backed; *zero is set to its
+ * released part, which reads as zero (calloc clears the rest).
  * Unaligned requests only. Requires the lock; returns the span in the backed set, or NULL. */
 static span_t *pageheap_join(size_t need, zero_range_t *zero) {
   span_t *best = NULL, *best_n = NULL;
