@@ -602,6 +602,40 @@ static void pageheap_free_direct(span_t *span) {
   pthread_mutex_unlock(&pageheap.lock);
 }
 
+/* The runs of a freed large block [start, start + npages pages) that hold no page in memory, for
+ * pageheap_file_freed_large: into runs[], how many. A block is often not written to its end (a
+ * buffer that realloc grew to 4 MiB and that was filled to 2.5). Its last page is asked first: a
+ * block written to its end (most are) is asked no more, where all of it took about 6 ns a kernel
+ * page, 14% of mtbench large-blocks' time (blocks of 5-25 MiB reused without a page fault). Runs
+ * start and end where kernel pages (or qmalloc's, if larger) do; only runs of at least
+ * PAGEHEAP_RESIDENCY_RUN_PAGES count, the first PAGEHEAP_RESIDENCY_RUNS of them. Takes no lock:
+ * the block is its freeing thread's until it is filed (a second free of it is found then). */
+static size_t pageheap_unresident_runs(uintptr_t start, size_t npages, uintptr_t runs[][2]) {
+  uintptr_t unit = os_page_size() > PAGE_SIZE ? os_page_size() : PAGE_SIZE;
+  uintptr_t end = start + (uintptr_t)npages * PAGE_SIZE;
+  uintptr_t lo = (start + unit - 1) & ~(unit - 1), hi = end & ~(unit - 1);
+  uint8_t resident[256];
+  size_t nruns = 0;
+  if (npages < PAGEHEAP_RESIDENCY_MIN_PAGES || lo >= hi || !os_resident_units((void *)(hi - unit), unit, 1, resident) ||
+      resident[0])
+    return 0;
+  uintptr_t from = 0; /* where the run without pages being read started, or 0 */
+  for (uintptr_t at = lo; at <= hi && nruns < PAGEHEAP_RESIDENCY_RUNS; at += unit) {
+    size_t i = (size_t)((at - lo) / unit) % sizeof resident;
+    if (at < hi && i == 0) {
+      size_t left = (size_t)((hi - at) / unit);
+      if (!os_resident_units((void *)at, unit, left < sizeof resident ? left : sizeof resident, resident)) break;
+    }
+    if (at < hi && !resident[i]) {
+      if (from == 0) from = at;
+    } else if (from != 0) {
+      if (at - from >= PAGEHEAP_RESIDENCY_RUN_PAGES * PAGE_SIZE) runs[nruns][0] = from, runs[nruns++][1] = at;
+      from = 0;
+    }
+  }
+  return nruns;
+}
+
 /* Files a free piece of a block cut by pageheap_file_freed_large, in `state`. */
 static void pageheap_file_piece(span_t *piece, uint8_t state, uint64_t now) {
   piece->state = state;
@@ -609,44 +643,18 @@ static void pageheap_file_piece(span_t *piece, uint8_t state, uint64_t now) {
   pageheap_insert_coalesced(piece);
 }
 
-/* Files a freed large block's pages in the free sets: its runs the kernel holds no page for go to
- * the released set, the rest to the backed set. A block is often not written to its end (a buffer
- * that realloc grew to 4 MiB and that was filled to 2.5), and as one backed span its untouched
- * pages were counted as resident and reused as if they were: sqlite3 building an index (mtbench's
- * real family) frees such a buffer and then grows its page cache into spans carved from it,
- * faulting each page in, while free pages it had written stayed resident (peak RSS 21.2 MB, 20.2
- * MB filed apart; glibc's malloc 18.0 MB). A run with no page is released (madvise, which costs
- * nothing there, and after which even a page that was swapped out reads as zero, as calloc expects
- * of a released span). Runs are cut where kernel pages (or qmalloc's, if larger) start; what cannot
- * be asked, cut (no span header) or released stays backed. A piece not filed yet is SPAN_LARGE, so
- * that none merges with the one being cut. Requires the lock; span is SPAN_LARGE, in no set. */
-static void pageheap_file_freed_large(span_t *span, uint64_t now) {
-  uintptr_t unit = os_page_size() > PAGE_SIZE ? os_page_size() : PAGE_SIZE;
+/* Files a freed large block's pages in the free sets: its runs that held no page in memory
+ * (pageheap_unresident_runs) go to the released set, the rest to the backed set. As one backed
+ * span, its untouched pages were counted as resident and reused as if they were: sqlite3 building
+ * an index (mtbench's real family) frees its sorter's buffer and then grows its page cache into
+ * spans carved from it, faulting each page in, while free pages it had written stayed resident
+ * (peak RSS 21.2 MB, 20.2-20.5 MB filed apart; glibc's malloc 18.0 MB). A run is released
+ * (madvise, which costs nothing there, and after which even a page that was swapped out reads as
+ * zero, as calloc expects of a released span); what cannot be cut (no span header) or released
+ * stays backed. A piece not filed yet is SPAN_LARGE, so that none merges with the one being cut.
+ * Requires the lock; span is SPAN_LARGE, in no set. */
+static void pageheap_file_freed_large(span_t *span, uintptr_t runs[][2], size_t nruns, uint64_t now) {
   uintptr_t end = span->start + (uintptr_t)span->npages * PAGE_SIZE;
-  uintptr_t lo = (span->start + unit - 1) & ~(unit - 1), hi = end & ~(unit - 1);
-  uintptr_t runs[PAGEHEAP_RESIDENCY_RUNS][2];
-  size_t nruns = 0;
-  uint8_t resident[256];
-  /* Its last page first: a block written to its end (most are) is asked no more. All of it took
-   * about 6 ns a kernel page: 14% of mtbench large-blocks' time, whose blocks of 5-25 MiB are
-   * reused without a page fault. */
-  if (span->npages >= PAGEHEAP_RESIDENCY_MIN_PAGES && lo < hi && os_resident_units((void *)(hi - unit), unit, 1, resident) &&
-      !resident[0]) {
-    uintptr_t from = 0; /* where the run without pages being read started, or 0 */
-    for (uintptr_t at = lo; at <= hi && nruns < PAGEHEAP_RESIDENCY_RUNS; at += unit) {
-      size_t i = (size_t)((at - lo) / unit) % sizeof resident;
-      if (at < hi && i == 0) {
-        size_t left = (size_t)((hi - at) / unit);
-        if (!os_resident_units((void *)at, unit, left < sizeof resident ? left : sizeof resident, resident)) break;
-      }
-      if (at < hi && !resident[i]) {
-        if (from == 0) from = at;
-      } else if (from != 0) {
-        if (at - from >= PAGEHEAP_RESIDENCY_RUN_PAGES * PAGE_SIZE) runs[nruns][0] = from, runs[nruns++][1] = at;
-        from = 0;
-      }
-    }
-  }
   span_t *rest = span; /* [rest->start, end): not filed yet */
   for (size_t r = 0; r < nruns; r++) {
     uintptr_t a = runs[r][0], b = runs[r][1];
@@ -673,6 +681,8 @@ void pageheap_free(span_t *span) {
     return;
   }
   uint64_t now = os_now_ms();
+  uintptr_t runs[PAGEHEAP_RESIDENCY_RUNS][2];
+  size_t nruns = !qm_hardened && span->state == SPAN_LARGE ? pageheap_unresident_runs(span->start, span->npages, runs) : 0;
   pthread_mutex_lock(&pageheap.lock);
   bool release_now = false;
   if (span->state == SPAN_SMALL) {
@@ -695,7 +705,7 @@ void pageheap_free(span_t *span) {
   span->sizeclass = 0;
   span->freed_ms = now;
   if (span->state == SPAN_LARGE && !release_now && !qm_hardened) { /* the hardened build parked its pages */
-    pageheap_file_freed_large(span, now);
+    pageheap_file_freed_large(span, runs, nruns, now);
   } else {
     span->state = SPAN_FREE_BACKED;
     pageheap_insert_coalesced(span);
