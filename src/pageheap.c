@@ -719,19 +719,30 @@ void pageheap_free(span_t *span) {
 bool pageheap_resize_in_place(span_t *span, size_t new_npages) {
   if (span->direct || new_npages == 0 || new_npages > UINT32_MAX) return false;
   bool done = false;
+  /* A shrunk block's tail is filed as a freed block is (pageheap_file_freed_large): a buffer read
+   * into and then cut to what it holds leaves a tail it never wrote. Asked before the lock, as a
+   * free's: the block is its caller's. */
+  uintptr_t runs[PAGEHEAP_RESIDENCY_RUNS][2];
+  size_t nruns = !qm_hardened && new_npages < span->npages
+                     ? pageheap_unresident_runs(span->start + new_npages * PAGE_SIZE, span->npages - new_npages, runs)
+                     : 0;
   pthread_mutex_lock(&pageheap.lock);
   if (new_npages < span->npages) {
-    span_t *tail = span_new(span->start + new_npages * PAGE_SIZE, span->npages - new_npages, SPAN_FREE_BACKED);
+    span_t *tail = span_new(span->start + new_npages * PAGE_SIZE, span->npages - new_npages, SPAN_LARGE);
     if (tail != NULL) {
+      uint64_t now = os_now_ms();
+      pageheap.large_bytes -= tail->npages * PAGE_SIZE;
+      tail->freed_ms = now;
+      span->npages = (uint32_t)new_npages;
+      pagemap_set_ends(span);
       if (qm_hardened) { /* the pages given up become inaccessible, as a freed large block's */
         harden_park(tail->start, tail->npages * PAGE_SIZE);
         tail->parked = 1;
+        tail->state = SPAN_FREE_BACKED;
+        pageheap_insert_coalesced(tail);
+      } else {
+        pageheap_file_freed_large(tail, runs, nruns, now);
       }
-      pageheap.large_bytes -= tail->npages * PAGE_SIZE;
-      tail->freed_ms = os_now_ms();
-      span->npages = (uint32_t)new_npages;
-      pagemap_set_ends(span);
-      pageheap_insert_coalesced(tail);
       done = true;
     }
   } else {

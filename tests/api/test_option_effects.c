@@ -76,6 +76,15 @@ static int child(const char *workload) {
     memset(q, 2, 8 << 20);
     free(q);
   }
+  if (strcmp(workload, "shrunk-untouched") == 0) { /* 8 MiB written to 1 MiB, then cut to 1.5 MiB in place */
+    char *p = malloc(8 << 20);
+    memset(p, 1, 1 << 20);
+    char *q = realloc(p, 3 << 19);
+    printf("shrunk in place: %s\n", q == p ? "yes" : "no");
+    fflush(stdout);
+    qm_stats_print(1, QM_STATS_JSON); /* the statistics the parent reads: the first printed */
+    free(q);
+  }
   if (strcmp(workload, "calloc-joined") == 0) { /* calloc(8 MiB) over 2 MiB freed and the released pages after them */
     char *p = malloc(2 << 20);
     memset(p, 7, 2 << 20);
@@ -224,6 +233,12 @@ int main(int argc, char **argv) {
   CHECK_MSG(field(&r, "pageheap_free") >= 0 && field(&r, "pageheap_free") <= (2 << 20),
             "partly-touched: %lld bytes free and counted resident after freeing 8 MiB of which 1 MiB was written",
             field(&r, "pageheap_free"));
+
+  /* The same for the tail a shrink in place gives up: 6.5 MiB never written, not counted resident. */
+  run(&r, "shrunk-untouched", "QMALLOC_DECAY_MS=10s");
+  CHECK_MSG(exited_ok(&r) && strstr(r.out, "shrunk in place: yes\n") != NULL && field(&r, "pageheap_free") >= 0 &&
+                field(&r, "pageheap_free") <= (1 << 20),
+            "shrunk-untouched: %lld bytes free and counted resident; %s", field(&r, "pageheap_free"), r.out);
 
   /* calloc clears only what may hold data: over 2 MiB just freed and the 6 MiB of released pages
    * after them (joined: pageheap_join), it clears the 2 MiB, and reads zero everywhere; clearing
