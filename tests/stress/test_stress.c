@@ -2,10 +2,12 @@
  * and freeing objects of every size class and large sizes (0 .. 4 MiB), with realloc, calloc and
  * the aligned and sized calls in the mix. Objects move between threads through a shared array of
  * lock-protected slots: most objects are freed (or realloc'ed) by a thread other than the one that
- * allocated them. Every object carries a fill pattern derived from its own seed and is verified
- * before it is freed or realloc'ed, so two owners of one block, a stale free-list link written into
- * a live object, or a realloc that loses data all show up as a corrupt byte (reported with thread,
- * size, seed and offset). Seeds are fixed; thread interleaving is not, but no check depends on it.
+ * allocated them. A third of the large blocks are written only in their first quarter, so that
+ * their freed pages are of both kinds (written, and never touched: filed released), and the callocs
+ * that reuse them check every byte. Every object carries a fill pattern derived from its own seed
+ * and is verified before it is freed or realloc'ed, so two owners of one block, a stale free-list
+ * link written into a live object, or a realloc that loses data all show up as a corrupt byte
+ * (reported with thread, size, seed and offset). Seeds are fixed; thread interleaving is not, but no check depends on it.
  *
  * usage: stress_stress [--smoke] [--threads N] [--ops N] [--seed N] */
 #include <errno.h>
@@ -30,10 +32,17 @@ enum how { HOW_MALLOC, HOW_CALLOC, HOW_ALIGNED };
 typedef struct {
   void *p;
   size_t size;
+  size_t filled; /* the bytes written with the pattern and verified: all, or a large block's first
+                  * quarter, as a program that grows a buffer leaves it (its untouched pages are
+                  * filed released at its free: pageheap_file_freed_large, and calloc trusts them) */
   size_t align; /* for HOW_ALIGNED */
   uint64_t seed;
   int how;
 } object_t;
+
+/* What of a block of `size` bytes the program writes: a large block (over 256 KiB) one time in
+ * three only its first quarter. */
+static size_t filled_part(size_t size, uint64_t r) { return size > (256u << 10) && r % 3 == 0 ? size / 4 : size; }
 
 typedef struct {
   pthread_mutex_t lock;
@@ -68,7 +77,7 @@ static size_t pick_size(uint64_t *rng) {
 }
 
 static int verify(int thread, const object_t *o, const char *when) {
-  long bad = tu_verify(o->p, o->size, o->seed);
+  long bad = tu_verify(o->p, o->filled, o->seed);
   if (bad >= 0) report_corrupt(thread, o, bad, when);
   return bad < 0;
 }
@@ -108,7 +117,8 @@ static object_t make_object(int thread, uint64_t *rng) {
   }
   if ((uintptr_t)o.p & 15) report_bad(thread, "allocation not 16-byte aligned", o.size, o.align, o.p);
   if (malloc_usable_size(o.p) < o.size) report_bad(thread, "usable size too small", o.size, o.align, o.p);
-  tu_fill(o.p, o.size, o.seed);
+  o.filled = filled_part(o.size, r >> 8);
+  tu_fill(o.p, o.filled, o.seed);
   return o;
 }
 
@@ -128,7 +138,7 @@ static void release(object_t *o, uint64_t r) {
 static int resize(int thread, object_t *o, uint64_t *rng) {
   size_t new_size = pick_size(rng);
   if (new_size == 0) new_size = 1; /* realloc(p, 0) frees: not what this step is about */
-  size_t keep = new_size < o->size ? new_size : o->size;
+  size_t keep = new_size < o->filled ? new_size : o->filled;
   void *q = realloc(o->p, new_size);
   if (!q) {
     report_bad(thread, "realloc returned NULL", new_size, 0, o->p);
@@ -141,7 +151,8 @@ static int resize(int thread, object_t *o, uint64_t *rng) {
   o->size = new_size;
   o->how = HOW_MALLOC; /* a realloc'ed aligned block is a plain block now */
   o->seed = tu_rand(rng);
-  tu_fill(q, new_size, o->seed);
+  o->filled = filled_part(new_size, o->seed >> 8);
+  tu_fill(q, o->filled, o->seed);
   return 1;
 }
 
