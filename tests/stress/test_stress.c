@@ -7,7 +7,8 @@
  * that reuse them check every byte. Every object carries a fill pattern derived from its own seed
  * and is verified before it is freed or realloc'ed, so two owners of one block, a stale free-list
  * link written into a live object, or a realloc that loses data all show up as a corrupt byte
- * (reported with thread, size, seed and offset). Seeds are fixed; thread interleaving is not, but no check depends on it.
+ * (reported with thread, size, seed and offset). Seeds are fixed; thread interleaving is not, but
+ * no check depends on it.
  *
  * usage: stress_stress [--smoke] [--threads N] [--ops N] [--seed N] */
 #include <errno.h>
