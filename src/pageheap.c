@@ -513,7 +513,8 @@ span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, ze
   bool own_mapping = sizeclass == 0 && (npages * PAGE_SIZE >= (size_t)option(OPTION_RELEASE_LARGE) ||
                                         align_pages * PAGE_SIZE > OS_CHUNK_SIZE);
   pthread_mutex_lock(&pageheap.lock);
-  pageheap_decay(os_now_ms());
+  uint64_t now = os_now_ms();
+  pageheap_decay(now);
   zero_range_t found_zero;
   span_t *span = pageheap_find_any(need, align_pages > 1, !own_mapping, &found_zero);
   if (span == NULL) {
@@ -555,6 +556,7 @@ span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, ze
   } else {
     span->state = SPAN_LARGE;
     span->sizeclass = 0;
+    span->freed_ms = now; /* handed out now: its age at its free (pageheap_unresident_runs) */
     pagemap_set_ends(span);
     pageheap.large_bytes += npages * PAGE_SIZE;
   }
@@ -602,22 +604,23 @@ static void pageheap_free_direct(span_t *span) {
   pthread_mutex_unlock(&pageheap.lock);
 }
 
-/* The runs of a freed large block [start, start + npages pages) that hold no page in memory, for
- * pageheap_file_freed_large: into runs[], how many. A block is often not written to its end (a
+/* The runs of a freed large block [start, start + npages pages), handed out age_ms ago, that hold
+ * no page in memory, for pageheap_file_freed_large: into runs[], how many (none asked of a block
+ * younger than PAGEHEAP_RESIDENCY_MIN_AGE_MS). A block is often not written to its end (a
  * buffer that realloc grew to 4 MiB and that was filled to 2.5). Its last page is asked first: a
  * block written to its end (most are) is asked no more, where all of it took about 6 ns a kernel
  * page, 14% of mtbench large-blocks' time (blocks of 5-25 MiB reused without a page fault). Runs
  * start and end where kernel pages (or qmalloc's, if larger) do; only runs of at least
  * PAGEHEAP_RESIDENCY_RUN_PAGES count, the first PAGEHEAP_RESIDENCY_RUNS of them. Takes no lock:
  * the block is its freeing thread's until it is filed (a second free of it is found then). */
-static size_t pageheap_unresident_runs(uintptr_t start, size_t npages, uintptr_t runs[][2]) {
+static size_t pageheap_unresident_runs(uintptr_t start, size_t npages, uint64_t age_ms, uintptr_t runs[][2]) {
   uintptr_t unit = os_page_size() > PAGE_SIZE ? os_page_size() : PAGE_SIZE;
   uintptr_t end = start + (uintptr_t)npages * PAGE_SIZE;
   uintptr_t lo = (start + unit - 1) & ~(unit - 1), hi = end & ~(unit - 1);
   uint8_t resident[256];
   size_t nruns = 0;
-  if (npages < PAGEHEAP_RESIDENCY_MIN_PAGES || lo >= hi || !os_resident_units((void *)(hi - unit), unit, 1, resident) ||
-      resident[0])
+  if (npages < PAGEHEAP_RESIDENCY_MIN_PAGES || age_ms < PAGEHEAP_RESIDENCY_MIN_AGE_MS || lo >= hi ||
+      !os_resident_units((void *)(hi - unit), unit, 1, resident) || resident[0])
     return 0;
   uintptr_t from = 0; /* where the run without pages being read started, or 0 */
   for (uintptr_t at = lo; at <= hi && nruns < PAGEHEAP_RESIDENCY_RUNS; at += unit) {
@@ -682,7 +685,9 @@ void pageheap_free(span_t *span) {
   }
   uint64_t now = os_now_ms();
   uintptr_t runs[PAGEHEAP_RESIDENCY_RUNS][2];
-  size_t nruns = !qm_hardened && span->state == SPAN_LARGE ? pageheap_unresident_runs(span->start, span->npages, runs) : 0;
+  size_t nruns = !qm_hardened && span->state == SPAN_LARGE
+                     ? pageheap_unresident_runs(span->start, span->npages, now - span->freed_ms, runs)
+                     : 0;
   pthread_mutex_lock(&pageheap.lock);
   bool release_now = false;
   if (span->state == SPAN_SMALL) {
@@ -724,7 +729,8 @@ bool pageheap_resize_in_place(span_t *span, size_t new_npages) {
    * free's: the block is its caller's. */
   uintptr_t runs[PAGEHEAP_RESIDENCY_RUNS][2];
   size_t nruns = !qm_hardened && new_npages < span->npages
-                     ? pageheap_unresident_runs(span->start + new_npages * PAGE_SIZE, span->npages - new_npages, runs)
+                     ? pageheap_unresident_runs(span->start + new_npages * PAGE_SIZE, span->npages - new_npages,
+                                                os_now_ms() - span->freed_ms, runs)
                      : 0;
   pthread_mutex_lock(&pageheap.lock);
   if (new_npages < span->npages) {

@@ -46,7 +46,8 @@ typedef struct span_s {
       struct span_s *older;
     } age;
   } u;
-  uint64_t freed_ms;    /* SPAN_FREE_BACKED: when it became free (decay clock) */
+  uint64_t freed_ms;    /* SPAN_FREE_BACKED: when it became free (decay clock); SPAN_LARGE: when
+                         * it was handed out (pageheap_unresident_runs: its age at its free) */
 } span_t;
 
 /* ---- page map (pagemap.c) ----------------------------------------------------------------- */

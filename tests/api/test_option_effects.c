@@ -67,6 +67,7 @@ static int child(const char *workload) {
   if (strcmp(workload, "partly-touched") == 0) { /* 8 MiB freed, of which the program wrote 1 MiB */
     char *p = malloc(8 << 20);
     memset(p, 1, 1 << 20);
+    usleep(30 * 1000); /* a block that lived (PAGEHEAP_RESIDENCY_MIN_AGE_MS): a young one is not asked */
     free(p);
     fflush(stdout);
     qm_stats_print(1, QM_STATS_JSON); /* the statistics the parent reads: the first printed */
@@ -79,6 +80,7 @@ static int child(const char *workload) {
   if (strcmp(workload, "shrunk-untouched") == 0) { /* 8 MiB written to 1 MiB, then cut to 1.5 MiB in place */
     char *p = malloc(8 << 20);
     memset(p, 1, 1 << 20);
+    usleep(30 * 1000);
     char *q = realloc(p, 3 << 19);
     printf("shrunk in place: %s\n", q == p ? "yes" : "no");
     fflush(stdout);
