@@ -86,7 +86,7 @@ static const int qm_debug = 0;
 
 /* A freed large block of at least PAGEHEAP_RESIDENCY_MIN_PAGES pages (256 KiB: not the heap
  * profiler's sampled blocks, a page or two each) whose last page holds no memory has its runs of
- * pages that hold none filed released, not backed (pageheap_file_freed_large). Only runs of at least
+ * pages that hold none filed released, not backed (pageheap_file_freed). Only runs of at least
  * PAGEHEAP_RESIDENCY_RUN_PAGES (128 KiB), and the first PAGEHEAP_RESIDENCY_RUNS of them, are cut
  * off: a block touched here and there is not cut into pieces that no longer serve a request of its
  * size in one. */

@@ -72,15 +72,22 @@ static size_t pageheap_round_to_os_pages(size_t npages) {
   return (npages + per - 1) / per * per;
 }
 
-/* The part of a span made of whole kernel pages (os_page_size(), which may be larger than
- * PAGE_SIZE): [*lo, *hi); false if there is none. */
-static bool pageheap_releasable(const span_t *span, uintptr_t *lo, uintptr_t *hi) {
-  uintptr_t g = os_page_size(), start = span->start, end = start + (uintptr_t)span->npages * PAGE_SIZE;
+/* The part of [start, start + npages pages) made of whole kernel pages (os_page_size(), which may
+ * be larger than PAGE_SIZE): [*lo, *hi); false if there is none. pageheap_releasable: a span's. */
+static bool pageheap_whole_kernel_pages(uintptr_t start, size_t npages, uintptr_t *lo, uintptr_t *hi) {
+  uintptr_t g = os_page_size(), end = start + (uintptr_t)npages * PAGE_SIZE;
   uintptr_t l = (start + g - 1) & ~(g - 1), h = end & ~(g - 1);
   if (lo) *lo = l;
   if (hi) *hi = h;
   return l < h;
 }
+
+static bool pageheap_releasable(const span_t *span, uintptr_t *lo, uintptr_t *hi) {
+  return pageheap_whole_kernel_pages(span->start, span->npages, lo, hi);
+}
+
+/* The address past a span's last page. */
+static uintptr_t pageheap_span_end(const span_t *span) { return span->start + (uintptr_t)span->npages * PAGE_SIZE; }
 
 static void pageheap_insert(span_t *span) {
   free_set_t *set = pageheap_set_of(span);
@@ -500,7 +507,7 @@ static span_t *pageheap_find_any(size_t need, bool aligned, bool grow, zero_rang
   if (span == NULL && new_high && need >= PAGEHEAP_GROWTH_RELEASE_PAGES) pageheap_release_for_growth(need);
   if (span == NULL) span = pageheap_find(&pageheap.released, need);
   if (span == NULL && grow && pageheap_grow(need)) span = pageheap_find(&pageheap.released, need);
-  if (span != NULL && span->state == SPAN_FREE_RELEASED) zero->lo = span->start, zero->hi = span->start + (uintptr_t)span->npages * PAGE_SIZE;
+  if (span != NULL && span->state == SPAN_FREE_RELEASED) zero->lo = span->start, zero->hi = pageheap_span_end(span);
   return span;
 }
 
@@ -520,7 +527,7 @@ span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, ze
   if (span == NULL) {
     span = own_mapping ? pageheap_alloc_direct(npages, align_pages) : NULL;
     pthread_mutex_unlock(&pageheap.lock);
-    if (span != NULL && zero) zero->lo = span->start, zero->hi = span->start + (uintptr_t)span->npages * PAGE_SIZE;
+    if (span != NULL && zero) zero->lo = span->start, zero->hi = pageheap_span_end(span);
     return span;
   }
   pageheap_remove(span);
@@ -543,7 +550,7 @@ span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, ze
   if (qm_hardened && span->parked) harden_unpark(span->start, span->npages * PAGE_SIZE);
   span->parked = 0;
   if (zero) { /* what of the span found is this span's */
-    uintptr_t lo = span->start, hi = span->start + (uintptr_t)span->npages * PAGE_SIZE;
+    uintptr_t lo = span->start, hi = pageheap_span_end(span);
     zero->lo = found_zero.lo > lo ? found_zero.lo : lo;
     zero->hi = found_zero.hi < hi ? found_zero.hi : hi;
     if (zero->lo >= zero->hi) zero->lo = zero->hi = 0;
@@ -605,21 +612,21 @@ static void pageheap_free_direct(span_t *span) {
 }
 
 /* The runs of a freed large block [start, start + npages pages), handed out age_ms ago, that hold
- * no page in memory, for pageheap_file_freed_large: into runs[], how many (none asked of a block
+ * no page in memory, for pageheap_file_freed: into runs[], how many (none asked of a block
  * younger than PAGEHEAP_RESIDENCY_MIN_AGE_MS). A block is often not written to its end (a
  * buffer that realloc grew to 4 MiB and that was filled to 2.5). Its last page is asked first: a
  * block written to its end (most are) is asked no more, where all of it took about 6 ns a kernel
  * page, 14% of mtbench large-blocks' time (blocks of 5-25 MiB reused without a page fault). Runs
  * start and end where kernel pages (or qmalloc's, if larger) do; only runs of at least
- * PAGEHEAP_RESIDENCY_RUN_PAGES count, the first PAGEHEAP_RESIDENCY_RUNS of them. Takes no lock:
- * the block is its freeing thread's until it is filed (a second free of it is found then). */
+ * PAGEHEAP_RESIDENCY_RUN_PAGES count, the first PAGEHEAP_RESIDENCY_RUNS of them. None in the
+ * hardened build, whose freed large blocks are parked (harden_park.c). Takes no lock: the block is
+ * its freeing thread's until it is filed (a second free of it is found then). */
 static size_t pageheap_unresident_runs(uintptr_t start, size_t npages, uint64_t age_ms, uintptr_t runs[][2]) {
-  uintptr_t unit = os_page_size() > PAGE_SIZE ? os_page_size() : PAGE_SIZE;
-  uintptr_t end = start + (uintptr_t)npages * PAGE_SIZE;
-  uintptr_t lo = (start + unit - 1) & ~(unit - 1), hi = end & ~(unit - 1);
+  uintptr_t unit = os_page_size() > PAGE_SIZE ? os_page_size() : PAGE_SIZE, lo, hi;
   uint8_t resident[256];
   size_t nruns = 0;
-  if (npages < PAGEHEAP_RESIDENCY_MIN_PAGES || age_ms < PAGEHEAP_RESIDENCY_MIN_AGE_MS || lo >= hi ||
+  if (qm_hardened || npages < PAGEHEAP_RESIDENCY_MIN_PAGES || age_ms < PAGEHEAP_RESIDENCY_MIN_AGE_MS ||
+      !pageheap_whole_kernel_pages(start, npages, &lo, &hi) ||
       !os_resident_units((void *)(hi - unit), unit, 1, resident) || resident[0])
     return 0;
   uintptr_t from = 0; /* where the run without pages being read started, or 0 */
@@ -639,25 +646,28 @@ static size_t pageheap_unresident_runs(uintptr_t start, size_t npages, uint64_t 
   return nruns;
 }
 
-/* Files a free piece of a block cut by pageheap_file_freed_large, in `state`. */
+/* Files a free piece of a span cut by pageheap_file_freed, in `state`. */
 static void pageheap_file_piece(span_t *piece, uint8_t state, uint64_t now) {
   piece->state = state;
   piece->freed_ms = now;
   pageheap_insert_coalesced(piece);
 }
 
-/* Files a freed large block's pages in the free sets: its runs that held no page in memory
- * (pageheap_unresident_runs) go to the released set, the rest to the backed set. As one backed
- * span, its untouched pages were counted as resident and reused as if they were: sqlite3 building
- * an index (mtbench's real family) frees its sorter's buffer and then grows its page cache into
- * spans carved from it, faulting each page in, while free pages it had written stayed resident
- * (peak RSS 21.2 MB, 20.2-20.5 MB filed apart; glibc's malloc 18.0 MB). A run is released
+/* Files a freed span in the free sets: the runs of it that held no page in memory
+ * (pageheap_unresident_runs; none: the span in one piece, backed) go to the released set, the rest
+ * to the backed set. A large block is often not written to its end, and as one backed span its
+ * untouched pages were counted as resident and reused as if they were: sqlite3 building an index
+ * (mtbench's real family) frees its sorter's buffer and then grows its page cache into spans
+ * carved from it, faulting each page in, while free pages it had written stayed resident (peak RSS
+ * 21.2 MB, 20.2-20.5 MB filed apart; glibc's malloc 18.0 MB). A run is released
  * (madvise, which costs nothing there, and after which even a page that was swapped out reads as
  * zero, as calloc expects of a released span); what cannot be cut (no span header) or released
  * stays backed. A piece not filed yet is SPAN_LARGE, so that none merges with the one being cut.
- * Requires the lock; span is SPAN_LARGE, in no set. */
-static void pageheap_file_freed_large(span_t *span, uintptr_t runs[][2], size_t nruns, uint64_t now) {
-  uintptr_t end = span->start + (uintptr_t)span->npages * PAGE_SIZE;
+ * Requires the lock; span is in no set. With no runs, span is filed whole and stays the span that
+ * holds its pages (its free neighbours merged into it). */
+static void pageheap_file_freed(span_t *span, uintptr_t runs[][2], size_t nruns, uint64_t now) {
+  uintptr_t end = pageheap_span_end(span);
+  span->state = SPAN_LARGE;
   span_t *rest = span; /* [rest->start, end): not filed yet */
   for (size_t r = 0; r < nruns; r++) {
     uintptr_t a = runs[r][0], b = runs[r][1];
@@ -684,12 +694,13 @@ void pageheap_free(span_t *span) {
     return;
   }
   uint64_t now = os_now_ms();
+  /* A huge block served from free spans keeps release_large's promise: back to the OS at once. */
+  bool large = span->state == SPAN_LARGE;
+  bool release_now = large && span->npages * PAGE_SIZE >= (size_t)option(OPTION_RELEASE_LARGE);
   uintptr_t runs[PAGEHEAP_RESIDENCY_RUNS][2];
-  size_t nruns = !qm_hardened && span->state == SPAN_LARGE
-                     ? pageheap_unresident_runs(span->start, span->npages, now - span->freed_ms, runs)
-                     : 0;
+  size_t nruns = large && !release_now ? pageheap_unresident_runs(span->start, span->npages, now - span->freed_ms, runs)
+                                       : 0;
   pthread_mutex_lock(&pageheap.lock);
-  bool release_now = false;
   if (span->state == SPAN_SMALL) {
     pagemap_clear_small(span);
     pageheap.small_span_bytes -= span->npages * PAGE_SIZE;
@@ -702,20 +713,12 @@ void pageheap_free(span_t *span) {
       span->parked = 1;
     }
     pageheap.large_bytes -= span->npages * PAGE_SIZE;
-    /* A huge block served from free spans keeps release_large's promise: back to the OS at once. */
-    release_now = span->npages * PAGE_SIZE >= (size_t)option(OPTION_RELEASE_LARGE);
   } else {
     check_fail_double_free("free()", (void *)span->start);
   }
   span->sizeclass = 0;
-  span->freed_ms = now;
-  if (span->state == SPAN_LARGE && !release_now && !qm_hardened) { /* the hardened build parked its pages */
-    pageheap_file_freed_large(span, runs, nruns, now);
-  } else {
-    span->state = SPAN_FREE_BACKED;
-    pageheap_insert_coalesced(span);
-    if (release_now) pageheap_release_span(span, now); /* span is the merged span now */
-  }
+  pageheap_file_freed(span, runs, nruns, now);
+  if (release_now) pageheap_release_span(span, now); /* no runs asked: span is the merged span now */
   pageheap_decay(now);
   if (pageheap.backed.bytes >= RELEASE_START_BYTES) release_request();
   pthread_mutex_unlock(&pageheap.lock);
@@ -724,31 +727,26 @@ void pageheap_free(span_t *span) {
 bool pageheap_resize_in_place(span_t *span, size_t new_npages) {
   if (span->direct || new_npages == 0 || new_npages > UINT32_MAX) return false;
   bool done = false;
-  /* A shrunk block's tail is filed as a freed block is (pageheap_file_freed_large): a buffer read
+  /* A shrunk block's tail is filed as a freed block is (pageheap_file_freed): a buffer read
    * into and then cut to what it holds leaves a tail it never wrote. Asked before the lock, as a
    * free's: the block is its caller's. */
   uintptr_t runs[PAGEHEAP_RESIDENCY_RUNS][2];
-  size_t nruns = !qm_hardened && new_npages < span->npages
-                     ? pageheap_unresident_runs(span->start + new_npages * PAGE_SIZE, span->npages - new_npages,
-                                                os_now_ms() - span->freed_ms, runs)
-                     : 0;
+  size_t tail_pages = new_npages < span->npages ? span->npages - new_npages : 0;
+  size_t nruns = tail_pages ? pageheap_unresident_runs(span->start + new_npages * PAGE_SIZE, tail_pages,
+                                                       os_now_ms() - span->freed_ms, runs)
+                            : 0;
   pthread_mutex_lock(&pageheap.lock);
   if (new_npages < span->npages) {
     span_t *tail = span_new(span->start + new_npages * PAGE_SIZE, span->npages - new_npages, SPAN_LARGE);
     if (tail != NULL) {
-      uint64_t now = os_now_ms();
-      pageheap.large_bytes -= tail->npages * PAGE_SIZE;
-      tail->freed_ms = now;
-      span->npages = (uint32_t)new_npages;
-      pagemap_set_ends(span);
       if (qm_hardened) { /* the pages given up become inaccessible, as a freed large block's */
         harden_park(tail->start, tail->npages * PAGE_SIZE);
         tail->parked = 1;
-        tail->state = SPAN_FREE_BACKED;
-        pageheap_insert_coalesced(tail);
-      } else {
-        pageheap_file_freed_large(tail, runs, nruns, now);
       }
+      pageheap.large_bytes -= tail->npages * PAGE_SIZE;
+      span->npages = (uint32_t)new_npages;
+      pagemap_set_ends(span);
+      pageheap_file_freed(tail, runs, nruns, os_now_ms());
       done = true;
     }
   } else {

@@ -35,7 +35,7 @@ typedef struct {
   size_t size;
   size_t filled; /* the bytes written with the pattern and verified: all, or a large block's first
                   * quarter, as a program that grows a buffer leaves it (its untouched pages are
-                  * filed released at its free: pageheap_file_freed_large, and calloc trusts them) */
+                  * filed released at its free: pageheap_file_freed, and calloc trusts them) */
   size_t align; /* for HOW_ALIGNED */
   uint64_t seed;
   int how;
