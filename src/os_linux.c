@@ -18,11 +18,13 @@
 #include "internal.h"
 #include "os.h"
 
-/* The kernel's own page: what mmap really aligns to. */
+/* The kernel's own page: what mmap really aligns to. Asked once; threads that ask at the same time
+ * store the same value (atomically: central_remove asks with no lock held). */
 static size_t os_kernel_page(void) {
   QM_EARLY_DATA static size_t kernel;
-  if (kernel == 0) kernel = (size_t)sysconf(_SC_PAGESIZE);
-  return kernel;
+  size_t known = __atomic_load_n(&kernel, __ATOMIC_RELAXED);
+  if (known == 0) __atomic_store_n(&kernel, known = (size_t)sysconf(_SC_PAGESIZE), __ATOMIC_RELAXED);
+  return known;
 }
 
 size_t os_page_size(void) {
