@@ -5,7 +5,7 @@
  * handed out finds it free, as a double free would, and only then does the page get its page-map
  * entry for free()'s fast path, so that a free() of a slot not yet carved fails in the slow path.
  * Pages no slot was taken from are never touched (a multi-page class's first object no longer makes
- * the whole span resident).
+ * the whole span resident), and slots of a kernel page or more are carved one a request.
  * A span whose objects are all back goes to the page heap at once.
  * Does not: cache anything per thread (tcache.c), or know where spans come from (pageheap.c).
  * Lock: central_lists[cls].lock, one per class, for the spans; the transfer cache's slots are
@@ -228,9 +228,17 @@ unsigned central_remove(unsigned cls, void **head, unsigned want) {
       return want;
     }
   }
+  /* Slots of a kernel page or more are carved one a request: each one carved costs the process a
+   * page (its free tag is written), and a refill's batch of fresh slots sat unused in the thread
+   * cache whenever the program held fewer than a batch of them at once (python3's resized dict
+   * tables and lists: 2.5 MB of its 28.7 MB peak, docs/design.md). Free slots already carved are
+   * still taken a batch at a time; carving one more instead of several costs a pass through this
+   * lock, against the page fault the program's first write to the slot costs anyway. */
+  bool carve_one = sizeclass_size[cls] >= os_page_size();
   central_lock(c, cls);
   while (got < want) {
     span_t *span = c->nonempty;
+    if (carve_one && got > 0 && (span == NULL || span->u.small.freelist == NULL)) break;
     if (span == NULL) {
       pthread_mutex_unlock(&c->lock);
       span = pageheap_alloc(sizeclass_pages[cls], 1, cls, NULL);
@@ -244,7 +252,7 @@ unsigned central_remove(unsigned cls, void **head, unsigned want) {
     }
     /* Take the span's list from its head: the objects keep their tags and links (the chain handed
      * out is a free list too); only the last one taken is cut from the rest. */
-    if (span->u.small.freelist == NULL) central_carve_more(span, cls, want - got);
+    if (span->u.small.freelist == NULL) central_carve_more(span, cls, carve_one ? 1 : want - got);
     void *obj = span->u.small.freelist, *prev = NULL;
     if (first == NULL) first = obj;
     else central_link(cls, last, obj);

@@ -566,11 +566,19 @@ void *tcache_alloc_slow(tcache_t *tc, unsigned cls) {
   if (list->head != NULL) return list_pop_slow(list);
   /* Slow start: a list earns its length by missing, one object at a time up to a batch, then a
    * batch at a time, as long as the budget has room. */
-  uint32_t batch = sizeclass_batch[cls];
-  tcache_grow_list(tc, list, cls, list_max(list) < batch ? 1 : batch);
+  uint32_t batch = sizeclass_batch[cls], step = list_max(list) < batch ? 1 : batch;
+  if (!tcache_grow_list(tc, list, cls, step)) step = 0;
   uint32_t want = list_max(list) < batch ? list_max(list) : batch;
   void *head;
   uint32_t got = central_remove(cls, &head, want ? want : 1);
+  /* Fewer than its step came (fresh slots of a kernel page or more come one a request, central.c;
+   * or no memory): the list earns only what came, so that its capacity, which the budget counts,
+   * grows with what it holds, not by a batch a miss. */
+  uint32_t unearned = step > got ? step - got : 0;
+  if (unearned > 0) {
+    list_set_max(list, list_max(list) - unearned);
+    tc->capacity -= (size_t)unearned * sizeclass_size[cls];
+  }
   if (got == 0) return NULL;
   tc->refills++;
   void *obj = head;

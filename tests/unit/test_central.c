@@ -3,7 +3,8 @@
  * sit unused for an idle interval go back to their spans; threads exchanging batches through the
  * lock-free slots at once neither lose nor duplicate one, and a full cache sends batches to the
  * spans; a double return is caught (death test in a child); a span's slots are carved as they are
- * taken, small ones in lanes so that objects taken in a row never share a cache line. */
+ * taken, small ones in lanes so that objects taken in a row never share a cache line, and slots of
+ * a kernel page or more one a request. */
 #include <pthread.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -11,6 +12,7 @@
 
 #include "freelist.h"
 #include "internal.h"
+#include "os.h"
 #include "testutil.h"
 
 /* Each thread takes batches of class 96 and puts them back, checking every batch whole: exactly
@@ -46,9 +48,9 @@ static void *exchanger(void *arg) {
  * and their page-map entries stay 0, so that free()'s fast path sends a pointer there to the slow
  * path. The span is laid on pages filled with a pattern first, to see which bytes were written. */
 static void test_carved_on_demand(void) {
-  unsigned cls = sizeclass_of(4096);
-  uint32_t pages = sizeclass_pages[cls], per_span = (uint32_t)(pages * PAGE_SIZE / 4096);
-  CHECK(pages >= 2 && PAGE_SIZE % 4096 == 0);
+  unsigned cls = sizeclass_of(2048);
+  uint32_t pages = sizeclass_pages[cls], per_span = (uint32_t)(pages * PAGE_SIZE / 2048);
+  CHECK(pages >= 2 && PAGE_SIZE % 2048 == 0 && 2048 < os_page_size()); /* carved a page at a time */
   span_t *filled = pageheap_alloc(pages, 1, 0, NULL);
   CHECK(filled != NULL);
   uintptr_t at = filled->start;
@@ -59,7 +61,7 @@ static void test_carved_on_demand(void) {
   CHECK_EQ(central_remove(cls, &one, 1), 1);
   CHECK_EQ((uintptr_t)one, at); /* best fit: the same pages */
   span_t *span = pagemap_span(at);
-  CHECK_EQ(span->u.small.carved, PAGE_SIZE / 4096); /* the slots starting on the first page */
+  CHECK_EQ(span->u.small.carved, PAGE_SIZE / 2048); /* the slots starting on the first page */
   for (uint32_t i = 1; i < pages; i++) {
     uintptr_t page = at + i * PAGE_SIZE;
     CHECK_EQ(*(unsigned char *)page, 0x5a);
@@ -71,7 +73,7 @@ static void test_carved_on_demand(void) {
   unsigned n = 0;
   for (void *p = rest; p != NULL; p = freelist_next(p), n++) {
     uintptr_t addr = (uintptr_t)p;
-    CHECK(addr != (uintptr_t)one && addr >= at && addr < at + pages * PAGE_SIZE && (addr - at) % 4096 == 0);
+    CHECK(addr != (uintptr_t)one && addr >= at && addr < at + pages * PAGE_SIZE && (addr - at) % 2048 == 0);
     CHECK_EQ(pagemap_leaf_of(addr)->small[(addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], PAGEMAP_SMALL_ENTRY(at, cls));
   }
   CHECK_EQ(n, per_span - 1);
@@ -79,6 +81,53 @@ static void test_carved_on_demand(void) {
   central_insert(cls, one, per_span);
   central_drain_transfer();
   CHECK(pagemap_span(at) != span || span->state != SPAN_SMALL); /* every slot back: the span left */
+}
+
+/* Slots of a kernel page or more are carved one a request, however many the request wants: each
+ * one carved costs a page of memory (its free tag is written), and a refill's batch of fresh ones
+ * sat unused in a thread cache whenever the program held fewer at once. Slots already carved and
+ * back in the span are still taken together. The span's pages hold a pattern first, to see which
+ * were written. */
+static void test_carved_one_a_request(void) {
+  unsigned cls = sizeclass_of(8192);
+  uint32_t pages = sizeclass_pages[cls], per_span = (uint32_t)(pages * PAGE_SIZE / 8192);
+  CHECK(per_span >= 4 && sizeclass_batch[cls] >= 4 && 8192 >= os_page_size());
+  span_t *filled = pageheap_alloc(pages, 1, 0, NULL);
+  CHECK(filled != NULL);
+  uintptr_t at = filled->start;
+  memset((void *)at, 0x5a, (size_t)pages * PAGE_SIZE);
+  pageheap_free(filled);
+
+  void *first = NULL, *second = NULL;
+  CHECK_EQ(central_remove(cls, &first, 4), 1);
+  CHECK_EQ((uintptr_t)first, at); /* best fit: the same pages */
+  span_t *span = pagemap_span(at);
+  CHECK_EQ(span->u.small.carved, 1);
+  for (uintptr_t slot = at + 8192; slot < at + (uintptr_t)pages * PAGE_SIZE; slot += 8192) {
+    CHECK_EQ(*(unsigned char *)slot, 0x5a); /* not written: not carved */
+    CHECK_EQ(pagemap_leaf_of(slot)->small[(slot >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], 0);
+  }
+  CHECK_EQ(central_remove(cls, &second, 4), 1);
+  CHECK_EQ((uintptr_t)second, at + 8192);
+  CHECK_EQ(span->u.small.carved, 2);
+  CHECK_EQ(*(unsigned char *)(at + 2 * 8192), 0x5a);
+
+  /* Two back to the span (fewer than a batch: not the transfer cache), one kept out so that the
+   * span stays: the two carved slots then come out in one request, and nothing more is carved. */
+  void *kept = NULL, *both = NULL;
+  CHECK_EQ(central_remove(cls, &kept, 1), 1);
+  CHECK_EQ(span->u.small.carved, 3);
+  freelist_set_next(first, second);
+  freelist_set_next(second, NULL);
+  central_insert(cls, first, 2);
+  CHECK_EQ(span->u.small.allocated, 1);
+  CHECK_EQ(central_remove(cls, &both, 4), 2);
+  CHECK(freelist_next(both) != NULL && freelist_next(freelist_next(both)) == NULL);
+  CHECK_EQ(span->u.small.carved, 3);
+  freelist_set_next(freelist_next(both), kept);
+  freelist_set_next(kept, NULL);
+  central_insert(cls, both, 3);
+  central_drain_transfer();
 }
 
 /* A new span's slots smaller than CARVE_LANE_MIN_BYTES come out in lanes: any four taken in a
@@ -142,6 +191,7 @@ static void test_carve_lanes(void) {
 int main(void) {
   init_process();
   test_carved_on_demand();
+  test_carved_one_a_request();
   test_carve_lanes();
   unsigned cls = sizeclass_of(96);
   central_t *c = &central_lists[cls];
