@@ -231,7 +231,7 @@ unsigned central_remove(unsigned cls, void **head, unsigned want) {
   /* Slots of a kernel page or more are carved one a request: each one carved costs the process a
    * page (its free tag is written), and a refill's batch of fresh slots sat unused in the thread
    * cache whenever the program held fewer than a batch of them at once (python3's resized dict
-   * tables and lists: 2.5 MB of its 28.7 MB peak, docs/design.md). Free slots already carved are
+   * tables and lists: 3 MB of its 29 MB peak, docs/design.md). Free slots already carved are
    * still taken a batch at a time; carving one more instead of several costs a pass through this
    * lock, against the page fault the program's first write to the slot costs anyway. */
   bool carve_one = sizeclass_size[cls] >= os_page_size();
