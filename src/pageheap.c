@@ -156,9 +156,9 @@ static span_t *pageheap_find(free_set_t *set, size_t npages) {
  * of the same set. Backed and released neighbours are not merged: a merged span would have to
  * be either re-released (a system call on every free) or counted as resident when it is not. */
 static void pageheap_insert_coalesced(span_t *span) {
-  uintptr_t end = span->start + span->npages * PAGE_SIZE;
+  uintptr_t end = pageheap_span_end(span);
   span_t *left = span->start >= PAGE_SIZE ? pagemap_span(span->start - PAGE_SIZE) : NULL;
-  if (left && left->state == span->state && left->start + left->npages * PAGE_SIZE == span->start) {
+  if (left && left->state == span->state && pageheap_span_end(left) == span->start) {
     pageheap_remove(left);
     span->start = left->start;
     span->npages += left->npages;
@@ -214,7 +214,7 @@ static bool pageheap_release_span(span_t *span, uint64_t now) {
   }
   pageheap.release_calls++;
   pageheap.released_bytes_total += hi - lo;
-  uintptr_t end = span->start + (uintptr_t)span->npages * PAGE_SIZE;
+  uintptr_t end = pageheap_span_end(span);
   if (lo > span->start) { /* the backed head stays, the rest is split off */
     span_t *rest = span_new(lo, (end - lo) / PAGE_SIZE, SPAN_FREE_BACKED);
     if (rest == NULL) { /* no header for the split: keep it whole and backed (still correct) */
@@ -407,10 +407,10 @@ static span_t *pageheap_alloc_direct(size_t npages, size_t align_pages) {
 
 /* The released neighbour of backed span s on one side (right if `after`), or NULL. */
 static span_t *pageheap_released_neighbour(const span_t *s, bool after) {
-  uintptr_t end = s->start + (uintptr_t)s->npages * PAGE_SIZE;
+  uintptr_t end = pageheap_span_end(s);
   span_t *n = after ? pagemap_span(end) : s->start >= PAGE_SIZE ? pagemap_span(s->start - PAGE_SIZE) : NULL;
   if (n == NULL || n->state != SPAN_FREE_RELEASED) return NULL;
-  if (after ? n->start != end : n->start + (uintptr_t)n->npages * PAGE_SIZE != s->start) return NULL;
+  if (after ? n->start != end : pageheap_span_end(n) != s->start) return NULL;
   return n;
 }
 
@@ -611,6 +611,14 @@ static void pageheap_free_direct(span_t *span) {
   pthread_mutex_unlock(&pageheap.lock);
 }
 
+/* Adds [from, to) to runs[] if it is a run long enough to count (PAGEHEAP_RESIDENCY_RUN_PAGES);
+ * returns the count. */
+static size_t pageheap_add_run(uintptr_t runs[][2], size_t nruns, uintptr_t from, uintptr_t to) {
+  if (to - from < PAGEHEAP_RESIDENCY_RUN_PAGES * PAGE_SIZE) return nruns;
+  runs[nruns][0] = from, runs[nruns][1] = to;
+  return nruns + 1;
+}
+
 /* The runs of a freed large block [start, start + npages pages), handed out age_ms ago, that hold
  * no page in memory, for pageheap_file_freed: into runs[], how many (none asked of a block
  * younger than PAGEHEAP_RESIDENCY_MIN_AGE_MS). A block is often not written to its end (a
@@ -629,20 +637,16 @@ static size_t pageheap_unresident_runs(uintptr_t start, size_t npages, uint64_t 
       !pageheap_whole_kernel_pages(start, npages, &lo, &hi) ||
       !os_resident_units((void *)(hi - unit), unit, 1, resident) || resident[0])
     return 0;
-  uintptr_t from = 0; /* where the run without pages being read started, or 0 */
-  for (uintptr_t at = lo; at <= hi && nruns < PAGEHEAP_RESIDENCY_RUNS; at += unit) {
-    size_t i = (size_t)((at - lo) / unit) % sizeof resident;
-    if (at < hi && i == 0) {
-      size_t left = (size_t)((hi - at) / unit);
-      if (!os_resident_units((void *)at, unit, left < sizeof resident ? left : sizeof resident, resident)) break;
-    }
-    if (at < hi && !resident[i]) {
-      if (from == 0) from = at;
-    } else if (from != 0) {
-      if (at - from >= PAGEHEAP_RESIDENCY_RUN_PAGES * PAGE_SIZE) runs[nruns][0] = from, runs[nruns++][1] = at;
-      from = 0;
+  uintptr_t from = 0; /* where the current run of units holding no page started, or 0 */
+  for (uintptr_t at = lo; hi - at >= unit && nruns < PAGEHEAP_RESIDENCY_RUNS;) { /* sizeof resident units a question */
+    size_t left = (size_t)((hi - at) / unit), n = left < sizeof resident ? left : sizeof resident;
+    if (!os_resident_units((void *)at, unit, n, resident)) return nruns; /* a run not asked to its end is not one */
+    for (size_t i = 0; i < n && nruns < PAGEHEAP_RESIDENCY_RUNS; i++, at += unit) {
+      if (!resident[i] && from == 0) from = at;
+      if (resident[i] && from != 0) nruns = pageheap_add_run(runs, nruns, from, at), from = 0;
     }
   }
+  if (from != 0 && nruns < PAGEHEAP_RESIDENCY_RUNS) nruns = pageheap_add_run(runs, nruns, from, hi); /* to the block's end */
   return nruns;
 }
 
@@ -730,14 +734,13 @@ bool pageheap_resize_in_place(span_t *span, size_t new_npages) {
   /* A shrunk block's tail is filed as a freed block is (pageheap_file_freed): a buffer read
    * into and then cut to what it holds leaves a tail it never wrote. Asked before the lock, as a
    * free's: the block is its caller's. */
-  uintptr_t runs[PAGEHEAP_RESIDENCY_RUNS][2];
-  size_t tail_pages = new_npages < span->npages ? span->npages - new_npages : 0;
-  size_t nruns = tail_pages ? pageheap_unresident_runs(span->start + new_npages * PAGE_SIZE, tail_pages,
-                                                       os_now_ms() - span->freed_ms, runs)
-                            : 0;
+  uintptr_t runs[PAGEHEAP_RESIDENCY_RUNS][2], tail_start = span->start + new_npages * PAGE_SIZE;
+  uint64_t now = os_now_ms();
+  bool shrinks = new_npages < span->npages;
+  size_t nruns = shrinks ? pageheap_unresident_runs(tail_start, span->npages - new_npages, now - span->freed_ms, runs) : 0;
   pthread_mutex_lock(&pageheap.lock);
-  if (new_npages < span->npages) {
-    span_t *tail = span_new(span->start + new_npages * PAGE_SIZE, span->npages - new_npages, SPAN_LARGE);
+  if (shrinks) {
+    span_t *tail = span_new(tail_start, span->npages - new_npages, SPAN_LARGE);
     if (tail != NULL) {
       if (qm_hardened) { /* the pages given up become inaccessible, as a freed large block's */
         harden_park(tail->start, tail->npages * PAGE_SIZE);
@@ -746,12 +749,12 @@ bool pageheap_resize_in_place(span_t *span, size_t new_npages) {
       pageheap.large_bytes -= tail->npages * PAGE_SIZE;
       span->npages = (uint32_t)new_npages;
       pagemap_set_ends(span);
-      pageheap_file_freed(tail, runs, nruns, os_now_ms());
+      pageheap_file_freed(tail, runs, nruns, now);
       done = true;
     }
   } else {
     size_t extra = new_npages - span->npages;
-    uintptr_t end = span->start + span->npages * PAGE_SIZE;
+    uintptr_t end = pageheap_span_end(span);
     span_t *right = pagemap_span(end);
     if (right && right->start == end && right->npages >= extra &&
         (right->state == SPAN_FREE_BACKED || right->state == SPAN_FREE_RELEASED)) {
