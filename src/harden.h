@@ -71,8 +71,8 @@ QM_INLINE size_t harden_record_size(const void *obj, uint64_t w) { return harden
  * bytes: blocks of up to HARDEN_QUARANTINE_SMALL bytes wait in one of 64 slots (64 x 16 KiB: at
  * most 1 MiB), larger ones in another, bounded also by HARDEN_QUARANTINE_BYTES (filled by the slow
  * half, harden.c; once at its bound, harden_quarantine_swap_large). Ring lengths of 32 to 128
- * measured the same on the quick preset; 16 took 13% off malloc-test's time, at a quarter
- * of the wait (docs/hardening.md, Cost). */
+ * measured the same on the quick preset; 16 and 32 took 10-15% off malloc-test's time, at a
+ * quarter or half of the wait, and nothing a run of the preset could see (docs/hardening.md, Cost). */
 #define HARDEN_QUARANTINE_SHIFT 6
 #define HARDEN_QUARANTINE_SLOTS (QM_HARDENED_BUILD ? 1 << HARDEN_QUARANTINE_SHIFT : 1) /* the default build's threads carry none */
 #define HARDEN_QUARANTINE_SMALL ((size_t)16 << 10)
