@@ -70,9 +70,9 @@ QM_INLINE size_t harden_record_size(const void *obj, uint64_t w) { return harden
  * predicted by spraying allocations of its size. Two rings, so that the common case counts no
  * bytes: blocks of up to HARDEN_QUARANTINE_SMALL bytes wait in one of 64 slots (64 x 16 KiB: at
  * most 1 MiB), larger ones in another, bounded also by HARDEN_QUARANTINE_BYTES (filled by the slow
- * half, harden.c; once at its bound, harden_quarantine_swap_large). Ring lengths of 32 to 128
- * measured the same on the quick preset; 16 and 32 took 10-15% off malloc-test's time, at a
- * quarter or half of the wait, and nothing a run of the preset could see (docs/hardening.md, Cost). */
+ * half, harden.c; once at its bound, harden_quarantine_swap_large). Ring lengths of 16 to 128
+ * measured the same over the quick preset; 16 and 32 took 13-18% off malloc-test's time alone, at
+ * a quarter or half of the wait (docs/hardening.md, Cost). */
 #define HARDEN_QUARANTINE_SHIFT 6
 #define HARDEN_QUARANTINE_SLOTS (QM_HARDENED_BUILD ? 1 << HARDEN_QUARANTINE_SHIFT : 1) /* the default build's threads carry none */
 #define HARDEN_QUARANTINE_SMALL ((size_t)16 << 10)
