@@ -70,7 +70,7 @@ QM_INLINE size_t harden_record_size(const void *obj, uint64_t w) { return harden
  * predicted by spraying allocations of its size. Two rings, so that the common case counts no
  * bytes: blocks of up to HARDEN_QUARANTINE_SMALL bytes wait in one of 64 slots (64 x 16 KiB: at
  * most 1 MiB), larger ones in another, bounded also by HARDEN_QUARANTINE_BYTES (filled by the slow
- * half, harden.c; once at its bound, harden_quarantine_swap_large). Ring lengths of 16 to 128
+ * half, harden.c; once at its bound, harden_quarantine_swap_large). Ring lengths of 32 to 128
  * measured the same over the quick preset; 16 and 32 took 13-18% off malloc-test's time alone, at
  * a quarter or half of the wait (docs/hardening.md, Cost). */
 #define HARDEN_QUARANTINE_SHIFT 6
