@@ -5,7 +5,7 @@
  * handed out finds it free, as a double free would, and only then does the page get its page-map
  * entry for free()'s fast path, so that a free() of a slot not yet carved fails in the slow path.
  * Pages no slot was taken from are never touched (a multi-page class's first object no longer makes
- * the whole span resident), and slots of a kernel page or more are carved one a request.
+ * the whole span resident), and a request carves one page at most.
  * A span whose objects are all back goes to the page heap at once.
  * Does not: cache anything per thread (tcache.c), or know where spans come from (pageheap.c).
  * Lock: central_lists[cls].lock, one per class, for the spans; the transfer cache's slots are
@@ -180,16 +180,16 @@ static bool central_carved_whole(const span_t *span, unsigned cls) {
   return span->u.small.carved == sizeclass_span_objects[cls];
 }
 
-/* Carves at least `want` more slots (fewer at the span's end) into the span's empty free list,
- * first slot first out, and a page at a time: every slot whose start is on a page it reaches, so
- * that the page's small entry (free()'s fast path) is set exactly when a slot there can be live.
+/* Carves the next page of the span into its empty free list, first slot first out: every slot
+ * whose start is on that page (at least one: a slot of a page or more starts on a page of its own),
+ * so that the page's small entry (free()'s fast path) is set exactly when a slot there can be live.
  * A slot beyond is in no list and its page's entry is 0, so a free() of it goes to the slow path,
  * which finds no object there (invalid pointer): carving whole, each slot's free tag did that and
  * touched every page of the span, up to 16 pages for one object of a multi-page class. */
-static void central_carve_more(span_t *span, unsigned cls, unsigned want) {
+static void central_carve_more(span_t *span, unsigned cls) {
   uint32_t size = sizeclass_size[cls], n = sizeclass_span_objects[cls];
   uint32_t first = span->u.small.carved;
-  uint32_t pages = central_pages_of(first + want < n ? first + want : n, size);
+  uint32_t pages = central_pages_of(first + 1, size); /* to the page slot `first` starts on */
   uint32_t end = (uint32_t)(((uintptr_t)pages << PAGE_SHIFT) + size - 1) / size; /* slots starting before */
   if (end > n) end = n;
   /* Hand-out order: slots of less than CARVE_LANE_MIN_BYTES come from CARVE_LANES lanes, each a
@@ -228,17 +228,17 @@ unsigned central_remove(unsigned cls, void **head, unsigned want) {
       return want;
     }
   }
-  /* Slots of a kernel page or more are carved one a request: each one carved costs the process a
-   * page (its free tag is written), and a refill's batch of fresh slots sat unused in the thread
-   * cache whenever the program held fewer than a batch of them at once (python3's resized dict
-   * tables and lists: 3 MB of its 29 MB peak, docs/design.md). Free slots already carved are
-   * still taken a batch at a time; carving one more instead of several costs a pass through this
-   * lock, against the page fault the program's first write to the slot costs anyway. */
-  bool carve_one = sizeclass_size[cls] >= os_page_size();
+  /* A request carves one page at most: every slot carved costs its page (its free tag is written),
+   * and a refill's batch of fresh slots sat unused in the thread cache whenever the program held
+   * fewer than a batch of them at once (python3's resized dict tables and lists, a slot a page or
+   * more each: 3 MB of its 29 MB peak, docs/design.md). Free slots already carved still come a
+   * batch at a time; fewer fresh ones cost passes through this lock, against the page faults the
+   * program's first writes to them cost anyway. */
+  bool carved = false;
   central_lock(c, cls);
   while (got < want) {
     span_t *span = c->nonempty;
-    if (carve_one && got > 0 && (span == NULL || span->u.small.freelist == NULL)) break;
+    if (carved && (span == NULL || span->u.small.freelist == NULL)) break;
     if (span == NULL) {
       pthread_mutex_unlock(&c->lock);
       span = pageheap_alloc(sizeclass_pages[cls], 1, cls, NULL);
@@ -252,7 +252,10 @@ unsigned central_remove(unsigned cls, void **head, unsigned want) {
     }
     /* Take the span's list from its head: the objects keep their tags and links (the chain handed
      * out is a free list too); only the last one taken is cut from the rest. */
-    if (span->u.small.freelist == NULL) central_carve_more(span, cls, carve_one ? 1 : want - got);
+    if (span->u.small.freelist == NULL) {
+      central_carve_more(span, cls);
+      carved = true;
+    }
     void *obj = span->u.small.freelist, *prev = NULL;
     if (first == NULL) first = obj;
     else central_link(cls, last, obj);

@@ -571,7 +571,7 @@ void *tcache_alloc_slow(tcache_t *tc, unsigned cls) {
   uint32_t want = list_max(list) < batch ? list_max(list) : batch;
   void *head;
   uint32_t got = central_remove(cls, &head, want ? want : 1);
-  /* Fewer than its step came (fresh slots of a kernel page or more come one a request, central.c;
+  /* Fewer than its step came (a request carves one page of fresh slots at most, central.c;
    * or no memory): the list earns only what came, so that its capacity, which the budget counts,
    * grows with what it holds, not by a batch a miss. */
   uint32_t unearned = step > got ? step - got : 0;

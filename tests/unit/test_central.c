@@ -3,8 +3,8 @@
  * sit unused for an idle interval go back to their spans; threads exchanging batches through the
  * lock-free slots at once neither lose nor duplicate one, and a full cache sends batches to the
  * spans; a double return is caught (death test in a child); a span's slots are carved as they are
- * taken, small ones in lanes so that objects taken in a row never share a cache line, and slots of
- * a kernel page or more one a request. */
+ * taken, small ones in lanes so that objects taken in a row never share a cache line, and a request
+ * carves one page at most. */
 #include <pthread.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -83,11 +83,11 @@ static void test_carved_on_demand(void) {
   CHECK(pagemap_span(at) != span || span->state != SPAN_SMALL); /* every slot back: the span left */
 }
 
-/* Slots of a kernel page or more are carved one a request, however many the request wants: each
- * one carved costs a page of memory (its free tag is written), and a refill's batch of fresh ones
- * sat unused in a thread cache whenever the program held fewer at once. Slots already carved and
- * back in the span are still taken together. The span's pages hold a pattern first, to see which
- * were written. */
+/* A request carves one page at most, however many slots it wants: each slot carved costs its page
+ * (its free tag is written), and a refill's batch of fresh ones sat unused in a thread cache
+ * whenever the program held fewer at once. For a class of a page, one slot a request. Slots
+ * already carved and back in the span are still taken together. The span's pages hold a pattern
+ * first, to see which were written. */
 static void test_carved_one_a_request(void) {
   unsigned cls = sizeclass_of(8192);
   uint32_t pages = sizeclass_pages[cls], per_span = (uint32_t)(pages * PAGE_SIZE / 8192);
@@ -113,20 +113,49 @@ static void test_carved_one_a_request(void) {
   CHECK_EQ(*(unsigned char *)(at + 2 * 8192), 0x5a);
 
   /* Two back to the span (fewer than a batch: not the transfer cache), one kept out so that the
-   * span stays: the two carved slots then come out in one request, and nothing more is carved. */
-  void *kept = NULL, *both = NULL;
+   * span stays: the two carved slots then come out in one request, with one page more carved. */
+  void *kept = NULL, *three = NULL;
   CHECK_EQ(central_remove(cls, &kept, 1), 1);
   CHECK_EQ(span->u.small.carved, 3);
   freelist_set_next(first, second);
   freelist_set_next(second, NULL);
   central_insert(cls, first, 2);
   CHECK_EQ(span->u.small.allocated, 1);
-  CHECK_EQ(central_remove(cls, &both, 4), 2);
-  CHECK(freelist_next(both) != NULL && freelist_next(freelist_next(both)) == NULL);
-  CHECK_EQ(span->u.small.carved, 3);
-  freelist_set_next(freelist_next(both), kept);
+  CHECK_EQ(central_remove(cls, &three, 4), 3);
+  void *last = freelist_next(freelist_next(three));
+  CHECK(last != NULL && freelist_next(last) == NULL);
+  CHECK_EQ((uintptr_t)last, at + 3 * 8192);
+  CHECK_EQ(span->u.small.carved, 4);
+  freelist_set_next(last, kept);
   freelist_set_next(kept, NULL);
-  central_insert(cls, both, 3);
+  central_insert(cls, three, 4);
+  central_drain_transfer();
+}
+
+/* The same rule below a page: a class of 2 KiB asked for a batch (16) from a fresh span gets the
+ * first page's 4 slots, and its second page stays unwritten until the next request. (A batch was
+ * carved whole before: the span's two pages and two more spans.) */
+static void test_carved_a_page_a_request(void) {
+  unsigned cls = sizeclass_of(2048);
+  uint32_t pages = sizeclass_pages[cls], per_page = PAGE_SIZE / 2048;
+  CHECK(sizeclass_size[cls] == 2048 && pages >= 2 && sizeclass_batch[cls] > per_page);
+  span_t *filled = pageheap_alloc(pages, 1, 0, NULL);
+  CHECK(filled != NULL);
+  uintptr_t at = filled->start;
+  memset((void *)at, 0x5a, (size_t)pages * PAGE_SIZE);
+  pageheap_free(filled);
+
+  void *head = NULL;
+  CHECK_EQ(central_remove(cls, &head, sizeclass_batch[cls]), per_page);
+  span_t *span = pagemap_span(at);
+  CHECK(span != NULL && span->start == at);
+  CHECK_EQ(span->u.small.carved, per_page);
+  CHECK_EQ(*(unsigned char *)(at + PAGE_SIZE), 0x5a); /* the second page: not carved */
+  CHECK_EQ(pagemap_leaf_of(at + PAGE_SIZE)->small[((at + PAGE_SIZE) >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], 0);
+  unsigned n = 0;
+  for (void *p = head; p != NULL; p = freelist_next(p), n++) CHECK((uintptr_t)p >= at && (uintptr_t)p < at + PAGE_SIZE);
+  CHECK_EQ(n, per_page);
+  central_insert(cls, head, per_page); /* fewer than a batch: back to the span, which empties */
   central_drain_transfer();
 }
 
@@ -192,6 +221,7 @@ int main(void) {
   init_process();
   test_carved_on_demand();
   test_carved_one_a_request();
+  test_carved_a_page_a_request();
   test_carve_lanes();
   unsigned cls = sizeclass_of(96);
   central_t *c = &central_lists[cls];
