@@ -332,14 +332,21 @@ static QM_NOINLINE void *malloc_countdown_slow(size_t size) {
 }
 
 /* Frees a large block; a sampled one tells the profiler first (the flag is cleared before the span
- * header can be reused). */
+ * header can be reused). A sampled block is claimed first, its flag exchanged for "kept" with one
+ * compare-and-swap: a second free of it from another thread at the same instant finds it kept, or
+ * loses the exchange, and stops; without the claim both could keep it, each in its own thread's
+ * stash, for two later samples. The page heap checks the rest under its lock (pageheap_free_block). */
 static void free_large(span_t *span, void *ptr) {
-  if (span->sampled) {
-    span->sampled = 0;
+  uint8_t sampled = __atomic_load_n(&span->sampled, __ATOMIC_RELAXED);
+  if (sampled) {
+    if (sampled == PROF_PAGE_STASHED ||
+        !__atomic_compare_exchange_n(&span->sampled, &sampled, PROF_PAGE_STASHED, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+      check_fail_double_free("free()", ptr);
     prof_forget(ptr);
     if (prof_pages_keep(span)) return; /* for this thread's next sample */
+    __atomic_store_n(&span->sampled, 0, __ATOMIC_RELEASE);
   }
-  pageheap_free(span);
+  pageheap_free_block(span, (uintptr_t)ptr);
 }
 
 /* What a pointer the program hands back is: its small class, or its large span. Stops the
@@ -737,7 +744,7 @@ static QM_NOINLINE void free_hardened_slow(void *ptr, size_t size, bool sized, c
   if (b.cls == 0) {
     size_t pages = size ? (size + PAGE_MASK) >> PAGE_SHIFT : 1;
     if (sized && pages + 1 != b.span->npages) check_fail_size(call, size, ptr); /* + the guard */
-    pageheap_free(b.span);
+    pageheap_free_block(b.span, (uintptr_t)ptr);
     return;
   }
   uintptr_t addr = (uintptr_t)ptr;

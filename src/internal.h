@@ -101,6 +101,12 @@ typedef struct {
 span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, zero_range_t *zero);
 /* Returns a small or large span to the free lists (coalescing), or unmaps a direct mapping. */
 void pageheap_free(span_t *span);
+/* The program's free of the large block at start, whose span the page map named without the lock:
+ * pageheap_free once the span is found, under the lock, to be that block still. A second free of
+ * it at the same instant from another thread may have freed it first, and a third thread may then
+ * have been given its header for a block elsewhere: that, or a span no longer in use, stops the
+ * program as a double free of start. */
+void pageheap_free_block(span_t *span, uintptr_t start);
 /* Resizes a large span in place (shrinks, or grows into a free right neighbour); true if done. */
 bool pageheap_resize_in_place(span_t *span, size_t new_npages);
 /* Huge blocks (>= release_large) are direct mappings; this grows or shrinks one with mremap, under

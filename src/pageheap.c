@@ -581,9 +581,9 @@ fail:
  * unmapped after (while it is still mapped, no other thread can be given its addresses). If the
  * kernel refuses the munmap (the map-count limit), the range becomes a free backed span of the page
  * heap instead: reused by the next allocations, unmapped on malloc_trim or address-space pressure. */
-static void pageheap_free_direct(span_t *span) {
+static void pageheap_free_direct(span_t *span, uintptr_t start) {
   pthread_mutex_lock(&pageheap.lock);
-  if (span->state != SPAN_LARGE) check_fail_double_free("free()", (void *)span->start);
+  if (span->state != SPAN_LARGE || span->start != start) check_fail_double_free("free()", (void *)start);
   size_t bytes = span->npages * PAGE_SIZE;
   pagemap_clear_ends(span);
   span->state = SPAN_DEAD; /* a concurrent second free of it now finds it gone */
@@ -692,9 +692,12 @@ static void pageheap_file_freed(span_t *span, uintptr_t runs[][2], size_t nruns,
   pageheap_file_piece(rest, SPAN_FREE_BACKED, now);
 }
 
-void pageheap_free(span_t *span) {
+/* pageheap_free, and pageheap_free_block with the block's start (0: the caller owns the span). What
+ * is read before the lock decides only what to ask the kernel (the runs); a header that changed
+ * owner meanwhile is found under the lock, before anything is written. */
+static void pageheap_free_span(span_t *span, uintptr_t start) {
   if (span->direct) {
-    pageheap_free_direct(span);
+    pageheap_free_direct(span, start ? start : span->start);
     return;
   }
   uint64_t now = os_now_ms();
@@ -705,6 +708,7 @@ void pageheap_free(span_t *span) {
   size_t nruns = large && !release_now ? pageheap_unresident_runs(span->start, span->npages, now - span->freed_ms, runs)
                                        : 0;
   pthread_mutex_lock(&pageheap.lock);
+  if (start != 0 && (span->state != SPAN_LARGE || span->start != start)) check_fail_double_free("free()", (void *)start);
   if (span->state == SPAN_SMALL) {
     pagemap_clear_small(span);
     pageheap.small_span_bytes -= span->npages * PAGE_SIZE;
@@ -727,6 +731,10 @@ void pageheap_free(span_t *span) {
   if (pageheap.backed.bytes >= RELEASE_START_BYTES) release_request();
   pthread_mutex_unlock(&pageheap.lock);
 }
+
+void pageheap_free(span_t *span) { pageheap_free_span(span, 0); }
+
+void pageheap_free_block(span_t *span, uintptr_t start) { pageheap_free_span(span, start); }
 
 bool pageheap_resize_in_place(span_t *span, size_t new_npages) {
   if (span->direct || new_npages == 0 || new_npages > UINT32_MAX) return false;

@@ -12,6 +12,60 @@ static span_t *free_span_at(uintptr_t addr) {
   return s && (s->state == SPAN_FREE_BACKED || s->state == SPAN_FREE_RELEASED) ? s : NULL;
 }
 
+/* ---- the program's free of a large block, checked under the lock ------------------------------
+ * free() finds a large block's span through the page map without the lock; by the time it holds the
+ * lock, another thread's free of the same block may have freed it, and a third thread may have been
+ * given its header for a block elsewhere. pageheap_free_block must then stop as a double free, not
+ * free that other block. The header's reuse is set up here by hand: a span whose start is not the
+ * freed address, as a reused header would be. */
+typedef struct {
+  span_t *span;
+  uintptr_t start;
+} free_block_args_t;
+
+static void free_block_body(void *arg) {
+  free_block_args_t *a = arg;
+  pageheap_free_block(a->span, a->start);
+}
+
+static void expect_double_free(span_t *span, uintptr_t start, const char *what) {
+  free_block_args_t args = {span, start};
+  char out[256], want[80];
+  int status = 0;
+  tu_stderr_of_child(free_block_body, &args, out, sizeof out, &status);
+  snprintf(want, sizeof want, "qmalloc: free(): double free %p\n", (void *)start);
+  CHECK_MSG(strcmp(out, want) == 0, "%s: printed \"%s\"", what, out);
+  CHECK_MSG(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "%s: the child ended with status %#x", what, status);
+}
+
+static void test_free_block_checked(void) {
+  span_t *mine = pageheap_alloc(3, 1, 0, NULL), *other = pageheap_alloc(2, 1, 0, NULL);
+  CHECK(mine != NULL && other != NULL);
+  if (mine == NULL || other == NULL) return;
+  uintptr_t mine_start = mine->start;
+  /* The header now describes another block (other's start): the free of mine_start stops, and
+   * the block the header describes stays in use. */
+  expect_double_free(other, mine_start, "a header reused for another block");
+  CHECK(other->state == SPAN_LARGE && pagemap_span(other->start) == other);
+  /* Its own start: freed. */
+  pageheap_free_block(mine, mine_start);
+  CHECK(free_span_at(mine_start) != NULL);
+  /* Freed already (the other thread's free came first, the header not reused): stops. */
+  span_t *freed = free_span_at(mine_start);
+  expect_double_free(freed, mine_start, "a span freed already");
+  /* A huge block (a mapping of its own) is checked the same way. */
+  size_t huge_pages = (size_t)option(OPTION_RELEASE_LARGE) / PAGE_SIZE + 1;
+  span_t *huge = pageheap_alloc(huge_pages, 1, 0, NULL);
+  CHECK(huge != NULL && huge->direct);
+  if (huge != NULL) {
+    expect_double_free(huge, other->start, "a huge block's header naming another block");
+    uintptr_t huge_start = huge->start;
+    pageheap_free_block(huge, huge_start);
+    CHECK(pagemap_span(huge_start) == NULL);
+  }
+  pageheap_free_block(other, other->start);
+}
+
 int main(void) {
   init_process();
   options_values[OPTION_DECAY_MS] = 3600000; /* nothing decays unless a test says so */
@@ -190,5 +244,7 @@ int main(void) {
   span_t *rest = free_span_at(old_start + 300 * PAGE_SIZE);
   CHECK(rest != NULL && rest->state == SPAN_FREE_RELEASED && rest->npages == right_pages - 100);
   if (grown) pageheap_free(grown);
+
+  test_free_block_checked();
   return tu_summary("pageheap");
 }
