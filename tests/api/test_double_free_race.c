@@ -8,8 +8,11 @@
  * can ask for one. Small blocks that are not sampled are left out: their free tag is claimed with
  * a plain store, a window docs/hardening.md describes.
  * The program runs itself twice more, with sampling off and with every block sampled
- * (QMALLOC_PROF_SAMPLE=0 and 1). Each trial forks a child in which two threads, their caches
- * live, spin on one flag and then free the block the parent allocated before the fork. */
+ * (QMALLOC_PROF_SAMPLE=0 and 1). Each trial forks a child, which allocates the block (a forked
+ * child starts with an empty profile: a block the parent allocated is not sampled there) and
+ * tells the parent its address through a shared page; two threads, their caches live, spin until
+ * both are ready and then free it. */
+#include <sys/mman.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -23,6 +26,7 @@ enum { TRIALS = 48 };
 #define HUGE_FROM ((size_t)32 << 20) /* release_large's default: a mapping of its own from there */
 
 static void *shared_block;
+static size_t block_size;
 static int ready;
 
 /* Each of the two threads spins until both are ready (the main thread waits in pthread_join: a
@@ -37,9 +41,13 @@ static void *free_at_once(void *unused) {
   return NULL;
 }
 
-/* In the child: both threads free shared_block; if both calls return, the child exits 0. */
-static void race_body(void *unused) {
-  (void)unused;
+/* In the child: allocates shared_block and tells the parent where (*told), then both threads free
+ * it; if both calls return, the child exits 0. */
+static void race_body(void *told) {
+  shared_block = malloc(block_size);
+  if (shared_block == NULL) _exit(3);
+  memset(shared_block, 'r', block_size < 4096 ? block_size : 4096);
+  *(void *volatile *)told = shared_block;
   pthread_t t[2];
   for (int i = 0; i < 2; i++)
     if (pthread_create(&t[i], NULL, free_at_once, NULL) != 0) _exit(2);
@@ -47,26 +55,27 @@ static void race_body(void *unused) {
 }
 
 static void race(size_t size, const char *what) {
+  void **told = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CHECK(told != MAP_FAILED);
+  if (told == MAP_FAILED) return;
+  block_size = size;
   int stopped = 0;
   for (int trial = 0; trial < TRIALS; trial++) {
-    shared_block = malloc(size);
-    CHECK(shared_block != NULL);
-    if (shared_block == NULL) return;
-    memset(shared_block, 'r', size < 4096 ? size : 4096);
+    *told = NULL;
     char out[256], want[80], unmapped[80];
     int status = 0;
-    tu_stderr_of_child(race_body, NULL, out, sizeof out, &status);
-    snprintf(want, sizeof want, "qmalloc: free(): double free %p\n", shared_block);
+    tu_stderr_of_child(race_body, told, out, sizeof out, &status);
+    snprintf(want, sizeof want, "qmalloc: free(): double free %p\n", *told);
     /* A huge block's first free unmaps it: a second free that finds no span there names an address
      * qmalloc does not know (as a later double free of it does, tests/preload/test_death.sh). */
-    snprintf(unmapped, sizeof unmapped, "qmalloc: free(): invalid pointer %p\n", shared_block);
+    snprintf(unmapped, sizeof unmapped, "qmalloc: free(): invalid pointer %p\n", *told);
     bool line_ok = strcmp(out, want) == 0 || (size > HUGE_FROM && strcmp(out, unmapped) == 0);
-    bool ok = line_ok && WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+    bool ok = *told != NULL && line_ok && WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
     CHECK_MSG(ok, "%s, trial %d: the child ended with status %#x and printed \"%s\"", what, trial, status, out);
     stopped += ok;
-    free(shared_block); /* the parent's copy is untouched by the child's frees */
   }
   printf("%s: %d of %d overlapping double frees stopped\n", what, stopped, TRIALS);
+  munmap(told, 4096);
 }
 
 /* Runs this program again with QMALLOC_PROF_SAMPLE=rate and argument phase; its exit status. */
