@@ -342,6 +342,9 @@ static void free_large(span_t *span, void *ptr) {
     if (sampled == PROF_PAGE_STASHED ||
         !__atomic_compare_exchange_n(&span->sampled, &sampled, PROF_PAGE_STASHED, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
       check_fail_double_free("free()", ptr);
+    /* Claimed: still this block's header? (Another thread's free may have come first and the header
+     * gone to a sampled block elsewhere since: the claim took that one's flag; the program stops.) */
+    if (span->start != (uintptr_t)ptr || span->state != SPAN_LARGE) check_fail_double_free("free()", ptr);
     prof_forget(ptr);
     if (prof_pages_keep(span)) return; /* for this thread's next sample */
     __atomic_store_n(&span->sampled, 0, __ATOMIC_RELEASE);
