@@ -331,23 +331,14 @@ static QM_NOINLINE void *malloc_countdown_slow(size_t size) {
   return malloc_sample_slow(size);
 }
 
-/* Frees a large block; a sampled one tells the profiler first (the flag is cleared before the span
- * header can be reused). A sampled block is claimed first, its flag exchanged for "kept" with one
- * compare-and-swap: a second free of it from another thread at the same instant finds it kept, or
- * loses the exchange, and stops; without the claim both could keep it, each in its own thread's
- * stash, for two later samples. The page heap checks the rest under its lock (pageheap_free_block). */
+/* Frees a large block; a sampled one is claimed (prof_pages_claim: of two frees of it at the same
+ * instant one only has it), tells the profiler, and is kept for this thread's next sample or goes
+ * to the page heap, which checks the rest under its lock (pageheap_free_block). */
 static void free_large(span_t *span, void *ptr) {
-  uint8_t sampled = __atomic_load_n(&span->sampled, __ATOMIC_RELAXED);
-  if (sampled) {
-    if (sampled == PROF_PAGE_STASHED ||
-        !__atomic_compare_exchange_n(&span->sampled, &sampled, PROF_PAGE_STASHED, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
-      check_fail_double_free("free()", ptr);
-    /* Claimed: still this block's header? (Another thread's free may have come first and the header
-     * gone to a sampled block elsewhere since: the claim took that one's flag; the program stops.) */
-    if (span->start != (uintptr_t)ptr || span->state != SPAN_LARGE) check_fail_double_free("free()", ptr);
+  if (__atomic_load_n(&span->sampled, __ATOMIC_RELAXED)) {
+    if (!prof_pages_claim(span, (uintptr_t)ptr)) check_fail_double_free("free()", ptr);
     prof_forget(ptr);
     if (prof_pages_keep(span)) return; /* for this thread's next sample */
-    __atomic_store_n(&span->sampled, 0, __ATOMIC_RELEASE);
   }
   pageheap_free_block(span, (uintptr_t)ptr);
 }
@@ -750,9 +741,7 @@ static QM_NOINLINE void free_hardened_slow(void *ptr, size_t size, bool sized, c
     pageheap_free_block(b.span, (uintptr_t)ptr);
     return;
   }
-  uintptr_t addr = (uintptr_t)ptr;
-  uintptr_t entry = pagemap_leaf_of(addr)->small[(addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)];
-  free_small_hardened(ptr, b.cls, pagemap_entry_span_start(entry), size, sized, call);
+  free_small_hardened(ptr, b.cls, pagemap_entry_span_start(pagemap_small_of((uintptr_t)ptr)), size, sized, call);
 }
 
 /* As free_fast: the page map says ptr is at an object boundary of a small span (one multiply). */

@@ -71,6 +71,11 @@ QM_INLINE pagemap_leaf_t *pagemap_leaf_of(uintptr_t addr) {
   uintptr_t i = addr >> PAGEMAP_LEAF_SHIFT;
   return i < PAGEMAP_ROOT_LEN ? __atomic_load_n(&pagemap_root[i], __ATOMIC_ACQUIRE) : NULL;
 }
+/* The small entry of addr's page (types.h: a small span's start and class, 0 for any other page). */
+QM_INLINE uintptr_t pagemap_small_of(uintptr_t addr) {
+  pagemap_leaf_t *leaf = pagemap_leaf_of(addr);
+  return leaf ? __atomic_load_n(&leaf->small[(addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], __ATOMIC_RELAXED) : 0;
+}
 span_t *pagemap_span(uintptr_t addr);
 /* Maps the leaves covering [start, start + npages pages); false if out of range or no memory. */
 bool pagemap_ensure(uintptr_t start, size_t npages);

@@ -138,8 +138,16 @@ void prof_unwind_unlock_after_fork(bool child);
 struct span_s;
 /* A kept span for the calling thread's next sample of up to one page, or NULL. */
 struct span_s *prof_pages_take(void);
-/* Keeps the span of a sampled block being freed (one page, its sample forgotten) for this thread's
- * next sample; false when it is not kept (the caller frees it to the page heap). */
+/* The free of the sampled block at start claims its span first: its flag from sampled to kept
+ * (PROF_PAGE_STASHED) with one compare-and-swap, so that of two frees of the block at the same
+ * instant, from two threads that both found it live through the page map, one only has it; then
+ * the header must still be that block's (the other free may have come first, and the header gone
+ * to a sampled block elsewhere since). false: no live sampled block at start, a double free (the
+ * caller stops the program: a claim taken from a block elsewhere is not given back). */
+bool prof_pages_claim(struct span_s *span, uintptr_t start);
+/* Keeps the claimed span of a sampled block being freed (one page, its sample forgotten) for this
+ * thread's next sample; false when it is not kept: its claim is dropped (flag 0), and the caller
+ * frees it to the page heap. */
 bool prof_pages_keep(struct span_s *span);
 /* Hands every kept span back to the page heap (malloc_trim); `closing`: the thread is exiting,
  * and keeps nothing after this. */

@@ -29,14 +29,22 @@ span_t *prof_pages_take(void) {
   return span;
 }
 
+bool prof_pages_claim(span_t *span, uintptr_t start) {
+  uint8_t live = 1;
+  if (!__atomic_compare_exchange_n(&span->sampled, &live, PROF_PAGE_STASHED, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+    return false;
+  return span->start == start && span->state == SPAN_LARGE;
+}
+
 bool prof_pages_keep(span_t *span) {
   prof_pages_t *self = &prof_pages_self;
   /* Only in a thread whose cache is live: its exit (tcache_thread_exit) hands the pages back. */
   if (span->npages != 1 || span->direct || self->closed || self->count == PROF_PAGES_KEPT ||
-      tcache_self.state != TCACHE_LIVE)
+      tcache_self.state != TCACHE_LIVE) {
+    __atomic_store_n(&span->sampled, 0, __ATOMIC_RELEASE);
     return false;
-  span->sampled = PROF_PAGE_STASHED;
-  self->spans[self->count++] = span;
+  }
+  self->spans[self->count++] = span; /* flagged kept by its claim */
   return true;
 }
 

@@ -90,9 +90,7 @@ const char *tcache_check(const tcache_t *tc) {
     const tcache_list_t *list = &tc->lists[cls];
     uint32_t n = 0;
     for (void *p = list->head; p != NULL && n <= TCACHE_LIST_MAX_LENGTH + 1u; p = freelist_next(p)) {
-      pagemap_leaf_t *leaf = pagemap_leaf_of((uintptr_t)p);
-      uintptr_t entry = leaf ? leaf->small[((uintptr_t)p >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)] : 0;
-      if (pagemap_entry_class(entry) != cls) return "an object on a list of another class";
+      if (pagemap_entry_class(pagemap_small_of((uintptr_t)p)) != cls) return "an object on a list of another class";
       if (!freelist_tagged(p, freelist_key(p))) return "an object on a list without its free tag";
       n++;
     }

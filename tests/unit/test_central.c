@@ -43,60 +43,66 @@ static void *exchanger(void *arg) {
   return NULL;
 }
 
-/* Slots are carved as they are taken, a page at a time: the pages of a span no slot was taken from
- * are not written (a program that takes one object of a multi-page class keeps one page resident),
- * and their page-map entries stay 0, so that free()'s fast path sends a pointer there to the slow
- * path. The span is laid on pages filled with a pattern first, to see which bytes were written. */
-static void test_carved_on_demand(void) {
-  unsigned cls = sizeclass_of(2048);
-  uint32_t pages = sizeclass_pages[cls], per_span = (uint32_t)(pages * PAGE_SIZE / 2048);
-  CHECK(pages >= 2 && PAGE_SIZE % 2048 == 0 && 2048 < os_page_size()); /* carved a page at a time */
+/* pages free pages of the page heap, written with 0x5a so that a test sees which bytes a span laid
+ * on them wrote (best fit hands them to the next span of that many pages); their start. */
+static uintptr_t pattern_pages(uint32_t pages) {
   span_t *filled = pageheap_alloc(pages, 1, 0, NULL);
   CHECK(filled != NULL);
   uintptr_t at = filled->start;
   memset((void *)at, 0x5a, (size_t)pages * PAGE_SIZE);
   pageheap_free(filled);
+  return at;
+}
 
-  void *one = NULL;
-  CHECK_EQ(central_remove(cls, &one, 1), 1);
-  CHECK_EQ((uintptr_t)one, at); /* best fit: the same pages */
+/* Slots are carved as they are taken, a page at a time and one page a request at most, however
+ * many slots it wants (each slot carved costs its page: its free tag is written; a refill's batch
+ * of fresh ones sat unused in a thread cache whenever the program held fewer at once). The pages
+ * of a span no slot was taken from are not written (a program that takes one object of a
+ * multi-page class keeps one page resident), and their page-map entries stay 0, so that free()'s
+ * fast path sends a pointer there to the slow path. A class of 2 KiB asked for a batch (16) from a
+ * fresh span gets the first page's slots; the next request, the second page's. */
+static void test_carved_on_demand(void) {
+  unsigned cls = sizeclass_of(2048);
+  uint32_t pages = sizeclass_pages[cls], per_page = PAGE_SIZE / 2048;
+  CHECK(sizeclass_size[cls] == 2048 && pages >= 2 && sizeclass_batch[cls] > per_page && 2048 < os_page_size());
+  uintptr_t at = pattern_pages(pages);
+
+  void *first = NULL;
+  CHECK_EQ(central_remove(cls, &first, sizeclass_batch[cls]), per_page);
+  CHECK_EQ((uintptr_t)first, at); /* best fit: the same pages */
   span_t *span = pagemap_span(at);
-  CHECK_EQ(span->u.small.carved, PAGE_SIZE / 2048); /* the slots starting on the first page */
+  CHECK_EQ(span->u.small.carved, per_page); /* the slots starting on the first page */
   for (uint32_t i = 1; i < pages; i++) {
     uintptr_t page = at + i * PAGE_SIZE;
     CHECK_EQ(*(unsigned char *)page, 0x5a);
-    CHECK_EQ(pagemap_leaf_of(page)->small[(page >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], 0);
+    CHECK_EQ(pagemap_small_of(page), 0);
   }
+  void *last = first;
+  for (unsigned n = 1; n < per_page; n++) last = freelist_next(last);
+  CHECK(freelist_next(last) == NULL);
   void *rest = NULL;
-  CHECK_EQ(central_remove(cls, &rest, per_span - 1), per_span - 1);
-  CHECK_EQ(span->u.small.carved, per_span);
+  CHECK_EQ(central_remove(cls, &rest, sizeclass_batch[cls]), per_page);
+  CHECK_EQ(span->u.small.carved, 2 * per_page);
   unsigned n = 0;
   for (void *p = rest; p != NULL; p = freelist_next(p), n++) {
     uintptr_t addr = (uintptr_t)p;
-    CHECK(addr != (uintptr_t)one && addr >= at && addr < at + pages * PAGE_SIZE && (addr - at) % 2048 == 0);
-    CHECK_EQ(pagemap_leaf_of(addr)->small[(addr >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], PAGEMAP_SMALL_ENTRY(at, cls));
+    CHECK(addr >= at + PAGE_SIZE && addr < at + 2 * PAGE_SIZE && (addr - at) % 2048 == 0); /* the second page */
+    CHECK_EQ(pagemap_small_of(addr), PAGEMAP_SMALL_ENTRY(at, cls));
   }
-  CHECK_EQ(n, per_span - 1);
-  freelist_set_next(one, rest);
-  central_insert(cls, one, per_span);
+  CHECK_EQ(n, per_page);
+  freelist_set_next(last, rest);
+  central_insert(cls, first, 2 * per_page); /* fewer than a batch: to the span */
   central_drain_transfer();
   CHECK(pagemap_span(at) != span || span->state != SPAN_SMALL); /* every slot back: the span left */
 }
 
-/* A request carves one page at most, however many slots it wants: each slot carved costs its page
- * (its free tag is written), and a refill's batch of fresh ones sat unused in a thread cache
- * whenever the program held fewer at once. For a class of a page, one slot a request. Slots
- * already carved and back in the span are still taken together. The span's pages hold a pattern
- * first, to see which were written. */
+/* The same rule for a class of a page: one fresh slot a request. Slots already carved and back in
+ * the span are still taken together. */
 static void test_carved_one_a_request(void) {
   unsigned cls = sizeclass_of(8192);
   uint32_t pages = sizeclass_pages[cls], per_span = (uint32_t)(pages * PAGE_SIZE / 8192);
   CHECK(per_span >= 4 && sizeclass_batch[cls] >= 4 && 8192 >= os_page_size());
-  span_t *filled = pageheap_alloc(pages, 1, 0, NULL);
-  CHECK(filled != NULL);
-  uintptr_t at = filled->start;
-  memset((void *)at, 0x5a, (size_t)pages * PAGE_SIZE);
-  pageheap_free(filled);
+  uintptr_t at = pattern_pages(pages);
 
   void *first = NULL, *second = NULL;
   CHECK_EQ(central_remove(cls, &first, 4), 1);
@@ -105,7 +111,7 @@ static void test_carved_one_a_request(void) {
   CHECK_EQ(span->u.small.carved, 1);
   for (uintptr_t slot = at + 8192; slot < at + (uintptr_t)pages * PAGE_SIZE; slot += 8192) {
     CHECK_EQ(*(unsigned char *)slot, 0x5a); /* not written: not carved */
-    CHECK_EQ(pagemap_leaf_of(slot)->small[(slot >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], 0);
+    CHECK_EQ(pagemap_small_of(slot), 0);
   }
   CHECK_EQ(central_remove(cls, &second, 4), 1);
   CHECK_EQ((uintptr_t)second, at + 8192);
@@ -129,33 +135,6 @@ static void test_carved_one_a_request(void) {
   freelist_set_next(last, kept);
   freelist_set_next(kept, NULL);
   central_insert(cls, three, 4);
-  central_drain_transfer();
-}
-
-/* The same rule below a page: a class of 2 KiB asked for a batch (16) from a fresh span gets the
- * first page's 4 slots, and its second page stays unwritten until the next request. (A batch was
- * carved whole before: the span's two pages and two more spans.) */
-static void test_carved_a_page_a_request(void) {
-  unsigned cls = sizeclass_of(2048);
-  uint32_t pages = sizeclass_pages[cls], per_page = PAGE_SIZE / 2048;
-  CHECK(sizeclass_size[cls] == 2048 && pages >= 2 && sizeclass_batch[cls] > per_page);
-  span_t *filled = pageheap_alloc(pages, 1, 0, NULL);
-  CHECK(filled != NULL);
-  uintptr_t at = filled->start;
-  memset((void *)at, 0x5a, (size_t)pages * PAGE_SIZE);
-  pageheap_free(filled);
-
-  void *head = NULL;
-  CHECK_EQ(central_remove(cls, &head, sizeclass_batch[cls]), per_page);
-  span_t *span = pagemap_span(at);
-  CHECK(span != NULL && span->start == at);
-  CHECK_EQ(span->u.small.carved, per_page);
-  CHECK_EQ(*(unsigned char *)(at + PAGE_SIZE), 0x5a); /* the second page: not carved */
-  CHECK_EQ(pagemap_leaf_of(at + PAGE_SIZE)->small[((at + PAGE_SIZE) >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], 0);
-  unsigned n = 0;
-  for (void *p = head; p != NULL; p = freelist_next(p), n++) CHECK((uintptr_t)p >= at && (uintptr_t)p < at + PAGE_SIZE);
-  CHECK_EQ(n, per_page);
-  central_insert(cls, head, per_page); /* fewer than a batch: back to the span, which empties */
   central_drain_transfer();
 }
 
@@ -221,7 +200,6 @@ int main(void) {
   init_process();
   test_carved_on_demand();
   test_carved_one_a_request();
-  test_carved_a_page_a_request();
   test_carve_lanes();
   unsigned cls = sizeclass_of(96);
   central_t *c = &central_lists[cls];
