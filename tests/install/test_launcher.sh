@@ -4,6 +4,7 @@
 #    lib/libqmalloc.so.MAJOR; from the source tree: a copy of tools/qmalloc next to a build/ link
 #    to the CTest build (the layout `tools/qmalloc` sees in a checkout) finding build/libqmalloc.so;
 #  - options reach the program (QMALLOC_<NAME> in its environment, the library's verbose dump);
+#  - --hardened preloads the hardened build beside the default one (its malloc(0) block faults);
 #  - every bad input of docs/errors.md ("The launcher"; a set-user-ID program too) gives exactly one line on stderr naming
 #    the problem, the documented status, and the program never runs (it would create a file);
 #  - --help prints the usage and exits 0; the program's exit status and arguments pass through.
@@ -20,6 +21,9 @@ mkdir -p "$QM_TMP/checkout/tools"
 cp "$QM_SOURCE_DIR/tools/qmalloc" "$QM_TMP/checkout/tools/qmalloc"
 ln -s "$QM_BUILD_DIR" "$QM_TMP/checkout/build"
 IN_TREE=$QM_TMP/checkout/tools/qmalloc
+QM_ZERO_WRITE=$QM_TMP/zero-write # writes a byte into malloc(0)'s block
+printf '#include <stdlib.h>\nint main(void) { volatile char *p = malloc(0); p[0] = 1; return 0; }\n' >"$QM_TMP/zero-write.c"
+cc -o "$QM_ZERO_WRITE" "$QM_TMP/zero-write.c" || { fail "cannot compile the malloc(0) writer"; finish; }
 MARK=$QM_TMP/program-ran
 SETUID=$QM_TMP/setuid-touch # a set-user-ID program (a copy of touch): must be refused, not run
 cp "$(type -P touch)" "$SETUID" && chmod u+s "$SETUID"
@@ -52,6 +56,15 @@ for where in installed in-tree; do
   fi
   maps=$("$L" cat /proc/self/maps)
   grep -qF "$lib" <<<"$maps" && pass "$where: the program maps $lib" || fail "$where: the program does not map $lib"
+  # --hardened preloads the hardened build instead: malloc(0)'s block faults when written there.
+  hard=$(readlink -f "$(dirname "$lib")/$(basename "$lib" | sed 's/^libqmalloc\./libqmalloc-hardened./')")
+  maps=$("$L" --hardened cat /proc/self/maps)
+  if grep -qF "$hard" <<<"$maps" && ! grep -qF "$lib" <<<"$maps"; then pass "$where: --hardened maps $hard and not $lib"
+  else fail "$where: --hardened: the program's maps name $(grep -o 'libqmalloc[^ ]*' <<<"$maps" | sort -u | paste -sd' ')"; fi
+  { "$L" --hardened "$QM_ZERO_WRITE"; } 2>/dev/null; st=$?
+  "$L" "$QM_ZERO_WRITE"; st_default=$?
+  [[ $st -eq 139 && $st_default -eq 0 ]] && pass "$where: a write to malloc(0)'s block faults with --hardened (status 139), not without" ||
+    fail "$where: a write to malloc(0)'s block: status $st with --hardened (expected 139), $st_default without (expected 0)"
   usage=$("$L" --help 2>&1); st=$?
   [[ $st -eq 0 && $usage == "usage: qmalloc "* ]] && pass "$where: --help prints the usage, status 0" || fail "$where: --help: status $st, '$usage'"
 
@@ -69,6 +82,7 @@ for where in installed in-tree; do
   expect_error "$where: bad name" 2 "^qmalloc: 'a-b' is not an option name" "$L" --option a-b=1 -- "${touch_mark[@]}"
   expect_error "$where: unknown flag" 2 "^qmalloc: unknown flag '--stat' \(see qmalloc --help\)$" "$L" --stat -- "${touch_mark[@]}"
   expect_error "$where: no program" 2 "^qmalloc: no program given " "$L" --stats --
+  expect_error "$where: --profile with --hardened" 2 "^qmalloc: --profile and --hardened cannot be combined: the hardened build samples nothing$" "$L" --hardened --profile -- "${touch_mark[@]}"
 done
 
 # Library problems, with a launcher installed into a prefix of its own.
