@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "freelist.h"
 #include "internal.h"
@@ -263,6 +264,13 @@ static void test_pop_in_flight(void) {
  * 3,000,000, until the taker has taken more than 10 caches. */
 #define RACE_OPS_MAX 3000000
 #define RACE_TAKES_WANTED 10
+/* Every RACE_PAUSE_EVERY operations a racer sleeps RACE_PAUSE_NS between two of them. A take needs
+ * its owner out of every slow path from the stop to the membarrier's return, and three racers that
+ * never pause gave the taker that window too rarely under load: 9 takes in 3,000,000 operations a
+ * racer (the checked-debug build, in CI), where the test asks for more than 10. A sleeping racer's
+ * cache is taken at the taker's next scan, while the other two keep racing it. */
+#define RACE_PAUSE_EVERY 16384
+#define RACE_PAUSE_NS 200000
 static uint64_t race_ops = RACE_OPS_MAX;
 static int race_enough_takes;
 static volatile int racers_running;
@@ -275,6 +283,7 @@ static void *racer(void *arg) {
   uint64_t rng = 0x9e3779b97f4a7c15ull * (id + 1);
   for (uint64_t op = 0; op < race_ops || (op < RACE_OPS_MAX && !__atomic_load_n(&race_enough_takes, __ATOMIC_RELAXED));
        op++) {
+    if (op % RACE_PAUSE_EVERY == RACE_PAUSE_EVERY - 1) nanosleep(&(struct timespec){0, RACE_PAUSE_NS}, NULL);
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
     struct slot *s = &live[rng % SLOTS];
     if (s->p) {
