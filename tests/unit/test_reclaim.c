@@ -3,8 +3,8 @@
  * budget; a thread that operated between two scans keeps its cache; the owner carries on after a
  * take; malloc_trim takes every quiet cache at once; a push caught between reading the count and
  * writing loses no object; a pop caught between its mark and its end keeps its list; and the
- * protocol holds against owners that never stop (three threads churning objects with checked
- * contents while scans run non-stop). */
+ * protocol holds against busy owners (three threads churning objects with checked contents,
+ * pausing only briefly now and then, while scans run non-stop). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -254,7 +254,7 @@ static void test_pop_in_flight(void) {
             s_after.class_in_use[cls], s_before.class_in_use[cls]);
 }
 
-/* The race: owners that never stop, a taker that never stops. Each live object carries its owner,
+/* The race: owners that churn with only brief pauses, a taker that never stops. Each live object carries its owner,
  * slot and serial in its first and last words; one object handed out twice, or a list corrupted by
  * a take that overlapped an operation, shows as a mismatch or a crash. */
 #define RACERS 3
