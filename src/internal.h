@@ -106,6 +106,12 @@ typedef struct {
 span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, zero_range_t *zero);
 /* Returns a small or large span to the free lists (coalescing), or unmaps a direct mapping. */
 void pageheap_free(span_t *span);
+/* Whether span is still the large block the program was given at start: false once the block was
+ * freed, or once its header went to another block. The check of a free that found the span
+ * without the page heap's lock (pageheap_free_block, prof_pages_claim). */
+QM_INLINE bool span_is_large_block(const span_t *span, uintptr_t start) {
+  return span->state == SPAN_LARGE && span->start == start;
+}
 /* The program's free of the large block at start, whose span the page map named without the lock:
  * pageheap_free once the span is found, under the lock, to be that block still. A second free of
  * it at the same instant from another thread may have freed it first, and a third thread may then

@@ -583,7 +583,7 @@ fail:
  * heap instead: reused by the next allocations, unmapped on malloc_trim or address-space pressure. */
 static void pageheap_free_direct(span_t *span, uintptr_t start) {
   pthread_mutex_lock(&pageheap.lock);
-  if (span->state != SPAN_LARGE || span->start != start) check_fail_double_free("free()", (void *)start);
+  if (!span_is_large_block(span, start)) check_fail_double_free("free()", (void *)start);
   size_t bytes = span->npages * PAGE_SIZE;
   pagemap_clear_ends(span);
   span->state = SPAN_DEAD; /* a concurrent second free of it now finds it gone */
@@ -708,7 +708,7 @@ static void pageheap_free_span(span_t *span, uintptr_t start) {
   size_t nruns = large && !release_now ? pageheap_unresident_runs(span->start, span->npages, now - span->freed_ms, runs)
                                        : 0;
   pthread_mutex_lock(&pageheap.lock);
-  if (start != 0 && (span->state != SPAN_LARGE || span->start != start)) check_fail_double_free("free()", (void *)start);
+  if (start != 0 && !span_is_large_block(span, start)) check_fail_double_free("free()", (void *)start);
   if (span->state == SPAN_SMALL) {
     pagemap_clear_small(span);
     pageheap.small_span_bytes -= span->npages * PAGE_SIZE;

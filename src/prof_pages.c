@@ -33,7 +33,7 @@ bool prof_pages_claim(span_t *span, uintptr_t start) {
   uint8_t live = 1;
   if (!__atomic_compare_exchange_n(&span->sampled, &live, PROF_PAGE_STASHED, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
     return false;
-  return span->start == start && span->state == SPAN_LARGE;
+  return span_is_large_block(span, start);
 }
 
 bool prof_pages_keep(span_t *span) {

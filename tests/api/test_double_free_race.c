@@ -4,9 +4,10 @@
  * without a lock and the check is made under it (pageheap_free_block) or by claiming a flag:
  *   - a large block (2 MiB) and a huge one (64 MiB, a mapping of its own), not sampled;
  *   - the same sampled by the heap profiler (its flag claimed by the free, api.c's free_large).
- * A sampled small block (a page of its own, kept for the next sample) is raced in unit-prof, which
- * can ask for one. Small blocks that are not sampled are left out: their free tag is claimed with
- * a plain store, a window docs/hardening.md describes.
+ * A sampled small block (a page of its own, kept for the next sample) is tested in unit-prof
+ * (test_claim: the two claims made by hand, in the race's order; racing two threads for them hit
+ * the window in none of 3,000 trials). Small blocks that are not sampled are left out: their free
+ * tag is claimed with a plain store, a window docs/hardening.md describes.
  * The program runs itself twice more, with sampling off and with every block sampled
  * (QMALLOC_PROF_SAMPLE=0 and 1). Each trial forks a child, which allocates the block (a forked
  * child starts with an empty profile: a block the parent allocated is not sampled there) and
