@@ -81,7 +81,12 @@ for where in installed in-tree; do
   expect_error "$where: option without argument" 2 "^qmalloc: --option needs NAME=VALUE$" "$L" --option
   expect_error "$where: bad name" 2 "^qmalloc: 'a-b' is not an option name" "$L" --option a-b=1 -- "${touch_mark[@]}"
   expect_error "$where: unknown flag" 2 "^qmalloc: unknown flag '--stat' \(see qmalloc --help\)$" "$L" --stat -- "${touch_mark[@]}"
-  expect_error "$where: no program" 2 "^qmalloc: no program given " "$L" --stats --
+  # The short usage names every flag, as --help's first line does.
+  expect_error "$where: no program" 2 "^qmalloc: no program given \(usage: qmalloc \[--stats\] \[--hardened\] \[--profile\] \[--option NAME=VALUE\]\.\.\. \[--\] PROGRAM \[ARGS\.\.\.\]\)$" "$L" --stats --
+  first=$("$L" --help | head -n 1)
+  if [[ $first == "usage: qmalloc [--stats] [--hardened] [--profile] [--option NAME=VALUE]... [--] PROGRAM [ARGS...]" ]]; then
+    pass "$where: --help's first line is the synopsis"
+  else fail "$where: --help's first line is '$first'"; fi
   expect_error "$where: --profile with --hardened" 2 "^qmalloc: --profile and --hardened cannot be combined: the hardened build samples nothing$" "$L" --hardened --profile -- "${touch_mark[@]}"
 done
 
