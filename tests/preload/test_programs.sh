@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Real programs under LD_PRELOAD=$QMALLOC_SO, each checked for a correct result AND for qmalloc
+# Real programs under LD_PRELOAD=$QMALLOC_SO (preload-programs: the default build;
+# hardened-preload-programs: the hardened one), each checked for a correct result AND for qmalloc
 # having served its allocations: with QMALLOC_STATS=1 qmalloc prints its statistics to stderr at
 # exit, including a line "MALLOC: <n> ... mapped from the OS", and n must be > 0.
 #  - python3 with PYTHONMALLOC=malloc runs programs/churn.py (dicts, lists, strings, threads; a few
@@ -74,8 +75,10 @@ for ((i = 0; i < 1200; i++)); do # wait for the open (at most 60 s: only a hang 
   kill -0 $pid 2>/dev/null || break
   sleep 0.05
 done
-if grep -q libqmalloc /proc/$pid/maps 2>/dev/null; then pass "sort: libqmalloc is in /proc/$pid/maps while it runs"
-else fail "sort: libqmalloc not found in /proc/$pid/maps (sort running: $(kill -0 $pid 2>/dev/null && echo yes || echo no))"; fi
+# The library file QMALLOC_SO names (libqmalloc.so.N or libqmalloc-hardened.so.N), not just any.
+lib_file=$(basename "$(readlink -f "$QMALLOC_SO")")
+if grep -q "/$lib_file\$" /proc/$pid/maps 2>/dev/null; then pass "sort: $lib_file is in /proc/$pid/maps while it runs"
+else fail "sort: $lib_file not found in /proc/$pid/maps (sort running: $(kill -0 $pid 2>/dev/null && echo yes || echo no))"; fi
 cat "$QM_TMP/lines.txt" >&3
 exec 3>&-
 wait $pid
