@@ -288,7 +288,7 @@ static QM_NOINLINE void *malloc_slow(size_t size) {
  * free of it is checked as one of a block of that class would be (block_named_by), not accepted
  * for any size its whole pages hold. */
 static void sampled_mark(span_t *span, size_t size) {
-  span->sampled = 1;
+  span->sampled = PROF_PAGE_SAMPLED;
   span->sizeclass = (uint8_t)(size <= SMALL_MAX ? sizeclass_of(size) : 0);
 }
 

@@ -128,6 +128,7 @@ void prof_unwind_lock_for_fork(void);
 void prof_unwind_unlock_after_fork(bool child);
 
 /* ---- prof_pages.c: the one-page spans of freed sampled blocks, kept per thread, no lock ---- */
+#define PROF_PAGE_SAMPLED 1 /* span_t.sampled of a live sampled block (api.c's sampled_mark) */
 #define PROF_PAGE_STASHED 2 /* span_t.sampled of a span kept there (a free of it is a double free) */
 /* Kept per thread: one. Four made a steady stream of samples in one thread free of the page
  * heap's lock; with the sample budget (prof.c) that stream is at most 10,000 a second, and 0, 1 or

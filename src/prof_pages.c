@@ -30,7 +30,7 @@ span_t *prof_pages_take(void) {
 }
 
 bool prof_pages_claim(span_t *span, uintptr_t start) {
-  uint8_t live = 1;
+  uint8_t live = PROF_PAGE_SAMPLED;
   if (!__atomic_compare_exchange_n(&span->sampled, &live, PROF_PAGE_STASHED, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
     return false;
   return span_is_large_block(span, start);

@@ -10,6 +10,13 @@
 static int tu_checks_run;
 static int tu_checks_failed;
 
+/* Whether this test runs under the hardened build: CMake's hardened-* tests preload it and name it
+ * in QMALLOC_SO (libqmalloc-hardened.so), the others name the default library or nothing. */
+static inline int tu_hardened(void) {
+  const char *so = getenv("QMALLOC_SO");
+  return so != NULL && strstr(so, "hardened") != NULL;
+}
+
 #define CHECK(cond) tu_check((cond) != 0, #cond, __FILE__, __LINE__)
 #define CHECK_MSG(cond, ...)                                                                       \
   do {                                                                                             \

@@ -129,8 +129,7 @@ static void test_large_growth(const family_t *f) {
   if (p == NULL) return;
   CHECK_MSG(moves <= 8, "%s: 256 growths of a large block moved it %u times", f->name, moves);
   CHECK_MSG(damaged(p, size) == 0, "%s: %zu pages of the large block lost their contents", f->name, damaged(p, size));
-  const char *so = getenv("QMALLOC_SO");
-  if (so != NULL && strstr(so, "hardened") != NULL)
+  if (tu_hardened())
     CHECK_MSG(read_faults(p + f->usable_size(p)), "%s: a read past the grown large block did not fault", f->name);
   f->free(p);
 }
@@ -166,8 +165,7 @@ static void test_large_shrink(const family_t *f) {
   }
   CHECK_MSG(moves == 0, "%s: 64 shrinks of a large block moved it %u times", f->name, moves);
   CHECK_MSG(damaged(p, size) == 0, "%s: %zu pages of the shrunk block lost their contents", f->name, damaged(p, size));
-  const char *so = getenv("QMALLOC_SO");
-  if (moves == 0 && so != NULL && strstr(so, "hardened") != NULL) {
+  if (moves == 0 && tu_hardened()) {
     CHECK_MSG(read_faults(p + f->usable_size(p)), "%s: a read past the shrunk large block did not fault", f->name);
     CHECK_MSG(read_faults(p + first - 1), "%s: a read of a page the block gave up did not fault", f->name);
   }

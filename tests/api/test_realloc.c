@@ -243,8 +243,7 @@ static void test_in_place_and_sized(const family_t *f) {
   /* The hardened build keeps its own realloc (each block's request size is recorded and checked
    * exactly): only the sized frees below apply to it. CMake runs this test under it with QMALLOC_SO
    * naming libqmalloc-hardened. */
-  const char *so = getenv("QMALLOC_SO");
-  bool hardened = so != NULL && strstr(so, "hardened") != NULL;
+  bool hardened = tu_hardened();
   char *p = f->malloc(1000);
   size_t block = f->usable_size(p);
   char *q = f->realloc(p, block / 2 + 1);
@@ -266,8 +265,7 @@ static void test_in_place_and_sized(const family_t *f) {
 /* A large block resized back and forth across 256 KiB (the largest class) keeps its place while
  * the small size is at least half of it, and a sized free of the size asked last names it. */
 static void test_large_to_small_in_place(const family_t *f) {
-  const char *so = getenv("QMALLOC_SO");
-  bool hardened = so != NULL && strstr(so, "hardened") != NULL;
+  bool hardened = tu_hardened();
   static const size_t pairs[][2] = {{262145, 262144}, {300000, 200000}, {400000, 262144}};
   for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
     size_t large = pairs[i][0], small = pairs[i][1];

@@ -554,7 +554,7 @@ static void test_sampled_block_api(void) {
   char *r = prof_test_site(5000);
   set_rate("0");
   CHECK_EQ(totals().live_samples, before.live_samples + 3);
-  CHECK(pagemap_span((uintptr_t)p)->sampled == 1);
+  CHECK(pagemap_span((uintptr_t)p)->sampled == PROF_PAGE_SAMPLED);
   CHECK(qm_malloc_usable_size(p) >= 100);
   memset(p, 'x', 100);
   p = realloc(p, 150); /* moves to an unsampled block: the sample goes */
@@ -568,7 +568,7 @@ static void test_sampled_block_api(void) {
   prof_totals_t whole = totals();
   char *w2 = realloc(w, PAGE_SIZE / 2 + 1);
   CHECK_MSG(w2 == w, "a sampled block shrunk within its page moved (%p -> %p)", (void *)w, (void *)w2);
-  CHECK(pagemap_span((uintptr_t)w2)->sampled == 1);
+  CHECK(pagemap_span((uintptr_t)w2)->sampled == PROF_PAGE_SAMPLED);
   CHECK_EQ(totals().live_samples, whole.live_samples);
   CHECK_MSG(totals().live_est_bytes < whole.live_est_bytes, "estimate %llu after the shrink, %llu before",
             (unsigned long long)totals().live_est_bytes, (unsigned long long)whole.live_est_bytes);
@@ -588,7 +588,7 @@ static void test_sampled_block_api(void) {
   unsigned long long site_bytes = live_bytes_through(dump_buf, (uintptr_t)prof_test_site, (uintptr_t)prof_test_site + 64);
   big[0] = 'b';
   big = realloc(big, 64 << 20); /* grown by mremap, not copied */
-  CHECK(big != NULL && big[0] == 'b' && pagemap_span((uintptr_t)big)->sampled == 1);
+  CHECK(big != NULL && big[0] == 'b' && pagemap_span((uintptr_t)big)->sampled == PROF_PAGE_SAMPLED);
   /* The site's line in the live profile follows: its bytes grew by the 24 MiB. */
   dump(QM_PROF_LIVE, dump_buf, sizeof dump_buf);
   unsigned long long site_grown = live_bytes_through(dump_buf, (uintptr_t)prof_test_site, (uintptr_t)prof_test_site + 64);
@@ -636,7 +636,7 @@ static void test_kept_pages(void) {
   char *p = prof_test_site(100);
   set_rate("0");
   span_t *span = pagemap_span((uintptr_t)p);
-  CHECK(span->sampled == 1 && span->npages == 1);
+  CHECK(span->sampled == PROF_PAGE_SAMPLED && span->npages == 1);
   free(p);
   /* Kept for this thread's next sample: still a large span of the page heap's, flagged. */
   CHECK(span->state == SPAN_LARGE && span->sampled == PROF_PAGE_STASHED);
@@ -645,7 +645,7 @@ static void test_kept_pages(void) {
   char *q = prof_test_site(PAGE_SIZE);
   set_rate("0");
   CHECK_MSG(q == p, "the next sample of a page took %p, not the kept page %p", (void *)q, (void *)p);
-  CHECK(span->sampled == 1);
+  CHECK(span->sampled == PROF_PAGE_SAMPLED);
   memset(q, 'q', PAGE_SIZE);
   free(q);
   /* Its second free, now that the page is kept, stops the program. */
@@ -682,14 +682,14 @@ static void test_claim(void) {
   char *p = prof_test_site(100);
   set_rate("0");
   span_t *span = pagemap_span((uintptr_t)p);
-  CHECK(span != NULL && span->sampled == 1 && span->npages == 1);
+  CHECK(span != NULL && span->sampled == PROF_PAGE_SAMPLED && span->npages == 1);
   if (span == NULL) return;
   CHECK(prof_pages_claim(span, (uintptr_t)p)); /* the first free */
   CHECK(span->sampled == PROF_PAGE_STASHED);
   CHECK(!prof_pages_claim(span, (uintptr_t)p)); /* the second: it stops */
-  span->sampled = 1; /* the test's own undo: the block is live again */
+  span->sampled = PROF_PAGE_SAMPLED; /* the test's own undo: the block is live again */
   CHECK(!prof_pages_claim(span, (uintptr_t)p + PAGE_SIZE)); /* the header names another block */
-  span->sampled = 1;
+  span->sampled = PROF_PAGE_SAMPLED;
   free(p);
   CHECK(span->state != SPAN_LARGE || span->sampled == PROF_PAGE_STASHED); /* kept, or given back */
   qm_trim(0);
