@@ -125,6 +125,8 @@ bool pageheap_resize_in_place(span_t *span, size_t new_npages);
 span_t *pageheap_remap(span_t *span, size_t new_npages);
 /* Runs the decay if a backed span is due (cheap check without the lock otherwise). */
 void pageheap_maybe_decay(uint64_t now);
+/* Runs the decay, and gives back what exceeds the retain cap (the releaser, woken for it). */
+void pageheap_decay_now(void);
 /* Releases every free backed page to the OS, and unmaps free runs of at least a chunk; returns the
  * bytes released or unmapped. */
 size_t pageheap_release_all(void);
@@ -223,6 +225,12 @@ void release_request(void);
  * create a thread, which allocates). */
 void release_poll(void);
 uint64_t release_wakeups(void); /* times the thread woke (statistics) */
+/* Whether a releaser thread runs, and the caller is not it: the retain cap's release is then its
+ * job (pageheap_decay), asked for with release_wake. */
+bool release_takes_cap(void);
+/* Wakes the releaser before its period ends. Takes only the wake's own lock (callable under the
+ * page heap's). */
+void release_wake(void);
 /* Empties the transfer caches into their spans and gives every free page back to the OS (what
  * malloc_trim does once the thread caches are flushed); returns the bytes released or unmapped. */
 size_t release_all_free(void);

@@ -104,7 +104,7 @@
   X(DECAY_MS, decay_ms, MS, 250, -1, 3600000,                                                      \
     "free pages unused this long are returned to the OS (0: at once; never or -1: only by malloc_trim), and those a growing heap cannot use when it faults in new ones") \
   X(RETAIN_MAX, retain_max, BYTES, 64 * OPTIONS_MIB, 0, 1 * OPTIONS_TIB,                           \
-    "free but not yet returned bytes above which pages are returned at once (plus the heap in use, up to as much again)") \
+    "free but not yet returned bytes above which pages are returned at once (plus the heap in use, up to as much again), by the background releaser while it runs (0: every free page, by the free)") \
   X(RELEASE_LARGE, release_large, BYTES, 32 * OPTIONS_MIB, 0, 1 * OPTIONS_TIB,                     \
     "large blocks at least this big are returned to the OS as soon as freed (0: every one)")       \
   X(RELEASE_THREAD, release_thread, BOOL, 1, 0, 1,                                                 \
