@@ -119,7 +119,7 @@ static void *release_main(void *unused) {
     pthread_mutex_unlock(&release_state.wake_lock);
     __atomic_add_fetch(&release_state.wakeups, 1, __ATOMIC_RELAXED);
     if (tcache_live_caches() == 0) break;
-    if (woken || first) pageheap_decay_now(); /* a free went over the retain cap */
+    if (woken || first) pageheap_decay_now(); /* a free went over the retain cap (release_wake) */
     first = false;
     tcache_housekeeping();
   }
