@@ -13,10 +13,14 @@
 #          operations) and thread churn (160 threads) with no suppression at all, the same stress
 #          with the heap profiler sampling every 64 bytes under a budget of 100 samples a second
 #          (about 2,200 samples, the bucket and a few at stretched intervals: records, forgets, the
-#          budget's bookkeeping and the stack walk from four threads), then idle reclaim
-#          (unit-reclaim, its race at QM_TEST_RACE_OPS operations a racer) and the thread-cache,
-#          central-list, page-heap and releaser (its wake under the page heap's lock) unit tests. Any report fails the test (halt_on_error, and
-#          -fno-sanitize-recover for UBSan). The stress tests run with idle reclaim off
+#          budget's bookkeeping and the stack walk from four threads), the same stress under
+#          pressure (a 256 KiB total thread-cache budget, so that threads take budget from each
+#          other, and a 1 MiB retain cap, so that frees wake the releaser: the steal's read of
+#          another cache's capacity raced the owner's plain write in 6 runs of 6 before
+#          tcache_set_capacity), then idle reclaim (unit-reclaim, its race at QM_TEST_RACE_OPS
+#          operations a racer) and the thread-cache, central-list, page-heap and releaser (its
+#          wake under the page heap's lock) unit tests. Any report fails the test (halt_on_error,
+#          and -fno-sanitize-recover for UBSan). The stress tests run with idle reclaim off
 #          (QMALLOC_TCACHE_IDLE_MS=0): its membarrier(2) protocol orders plain accesses in a way
 #          ThreadSanitizer does not model (src/tcache.c, tcache_reclaim_scan, says why that is not a
 #          race), so it is checked by unit-reclaim alone, with tests/tsan.supp naming those reports.
@@ -44,7 +48,8 @@ case $kind in
     units=(unit_reclaim unit_tcache unit_central unit_pageheap unit_release)
     stress=("stress-stress QMALLOC_TCACHE_IDLE_MS=0 -- stress_stress --threads 4 --ops 1500"
             "stress-thread_churn QMALLOC_TCACHE_IDLE_MS=0 -- stress_thread_churn --threads 160"
-            "stress-stress-sampled QMALLOC_TCACHE_IDLE_MS=0 QMALLOC_PROF_SAMPLE=64 QMALLOC_PROF_MAX_SAMPLES=100 QMALLOC_STATS=1 -- stress_stress --threads 4 --ops 1500") ;;
+            "stress-stress-sampled QMALLOC_TCACHE_IDLE_MS=0 QMALLOC_PROF_SAMPLE=64 QMALLOC_PROF_MAX_SAMPLES=100 QMALLOC_STATS=1 -- stress_stress --threads 4 --ops 1500"
+            "stress-stress-pressure QMALLOC_TCACHE_IDLE_MS=0 QMALLOC_TCACHE_TOTAL=256K QMALLOC_RETAIN_MAX=1M -- stress_stress --threads 4 --ops 1500") ;;
   *) echo "checked_build.sh: unknown build '$kind' (expected debug or tsan)" >&2; exit 2 ;;
 esac
 [[ $kind == tsan ]] && { "$src/tools/deps.sh" checked || exit 1; }
