@@ -5,7 +5,8 @@
  * no stdio, no getenv. The environment is walked in place (environ, or /proc/self/environ read
  * into a static buffer), every string is handled as pointer + length, and all output goes
  * through log.c. State: options_values and options_sources, written by options_init (guarded by
- * options_init_state) and options_set; readers take no lock. */
+ * options_init_state) and options_set; readers take no lock (the values are read and written
+ * atomically, options.h). */
 #include "options.h"
 
 #include "config.h"
@@ -53,7 +54,7 @@ static char options_strings[OPTION_COUNT][OPTIONS_PATH_MAX];
 /* An unset one is "" without a read of options_strings (its value, the length, is 0): a page that
  * a process which sets no path then never touches (a page fault in every process, read at start). */
 const char *option_string(option_id_t id) {
-  return options_values[id] != 0 ? options_strings[id] : "";
+  return option(id) != 0 ? options_strings[id] : "";
 }
 
 static const char options_prefix[] = "QMALLOC_";
@@ -327,7 +328,7 @@ static void options_warn_invalid(option_id_t id, const char *value, size_t value
   options_variable_name(id, var, sizeof var);
   options_quote(quoted, sizeof quoted, value, value_len);
   options_format_expected(id, expected, sizeof expected);
-  options_format_value(id, options_values[id], kept, sizeof kept);
+  options_format_value(id, option(id), kept, sizeof kept);
   /* From the option's own variable: "QMALLOC_X=v"; from elsewhere: "SOURCE: name=v". */
   if (options_equal(source, options_strlen(source), var))
     log_printf(2, "qmalloc: warning: %s=%s is not valid (expected %s); using %s\n", source, quoted,
@@ -348,7 +349,7 @@ static bool options_set_id(option_id_t id, const char *value, size_t value_len,
     for (size_t i = 0; i < value_len; i++)
       options_strings[id][i] = value[i];
     options_strings[id][value_len] = '\0';
-    options_values[id] = (long long)value_len;
+    __atomic_store_n(&options_values[id], (long long)value_len, __ATOMIC_RELAXED);
     log_format(options_sources[id], OPTIONS_SOURCE_MAX, "%s", source);
     return true;
   }
@@ -357,7 +358,7 @@ static bool options_set_id(option_id_t id, const char *value, size_t value_len,
     options_warn_invalid(id, value, value_len, source);
     return false;
   }
-  options_values[id] = v;
+  __atomic_store_n(&options_values[id], v, __ATOMIC_RELAXED);
   log_format(options_sources[id], OPTIONS_SOURCE_MAX, "%s", source);
   return true;
 }
@@ -558,7 +559,7 @@ void options_print(int fd) {
   }
   for (int id = 0; id < OPTION_COUNT; id++) {
     char value[24], def[24];
-    options_format_value((option_id_t)id, options_values[id], value, sizeof value);
+    options_format_value((option_id_t)id, option((option_id_t)id), value, sizeof value);
     options_format_value((option_id_t)id, options_table[id].def, def, sizeof def);
     const char *source = options_source((option_id_t)id);
     if (source == NULL)
@@ -572,7 +573,7 @@ void options_print(int fd) {
 
 void options_reset_for_test(void) {
   for (int id = 0; id < OPTION_COUNT; id++) {
-    options_values[id] = options_table[id].def;
+    __atomic_store_n(&options_values[id], options_table[id].def, __ATOMIC_RELAXED);
     options_sources[id][0] = '\0';
     options_strings[id][0] = '\0';
   }

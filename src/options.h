@@ -154,11 +154,14 @@ typedef struct option_info_s {
 /* The table itself, indexed by option_id_t (for the docs check and mallopt). */
 extern const option_info_t options_table[OPTION_COUNT];
 
-/* Current values, statically initialised to the defaults. Read them through option(). */
+/* Current values, statically initialised to the defaults. Read them through option(). mallopt
+ * sets them while other threads (the background releaser among them) read them, so every access
+ * is atomic and relaxed: the same plain load or store on x86-64 and aarch64, no ordering promised
+ * (a thread sees a new value at its next read). */
 extern long long options_values[OPTION_COUNT];
 
 static inline long long option(option_id_t id) {
-  return options_values[id];
+  return __atomic_load_n(&options_values[id], __ATOMIC_RELAXED);
 }
 
 /* The text of a PATH option ("" when not set). */

@@ -82,7 +82,7 @@ int main(void) {
     CHECK_MSG(released >= BLOCKS * BLOCK_SIZE - 2 * CAP, "releaser: only %llu bytes went back", (unsigned long long)released);
 
     /* retain_max 0: at once, in the free, even with the releaser running. */
-    options_values[OPTION_RETAIN_MAX] = 0;
+    __atomic_store_n(&options_values[OPTION_RETAIN_MAX], 0, __ATOMIC_RELAXED); /* the releaser reads it */
     before = free_blocks();
     pageheap_stats_t s = heap();
     CHECK_MSG(s.released_bytes_total - before >= BLOCKS * BLOCK_SIZE,
