@@ -84,8 +84,11 @@ static size_t tcache_max_size(const tcache_t *tc) { return __atomic_load_n(&tc->
 /* A cache's capacity is written by its owner (or by a taker while the owner is stopped) and read by
  * other threads (tcache_grow_budget's steal, the idle scan, the statistics): every write is an
  * atomic store, relaxed (a plain store on x86-64 and aarch64). ThreadSanitizer reported the plain
- * `+=` of tcache_grow_list against the steal's read (stress-stress, 4 threads, retain_max 1M). */
-static void tcache_set_capacity(tcache_t *tc, size_t capacity) { __atomic_store_n(&tc->capacity, capacity, __ATOMIC_RELAXED); }
+ * `+=` of tcache_grow_list against the steal's read when threads take budget from each other
+ * (checked-tsan's stress-stress-pressure: a 256 KiB total). */
+static void tcache_set_capacity(tcache_t *tc, size_t capacity) {
+  __atomic_store_n(&tc->capacity, capacity, __ATOMIC_RELAXED);
+}
 
 /* ---- invariants (QM_DEBUG builds run this on every slow path; unit tests call it) ---------------- */
 
