@@ -89,6 +89,10 @@ static size_t tcache_max_size(const tcache_t *tc) { return __atomic_load_n(&tc->
 static void tcache_set_capacity(tcache_t *tc, size_t capacity) {
   __atomic_store_n(&tc->capacity, capacity, __ATOMIC_RELAXED);
 }
+/* The same for the owner's counters, which the statistics read from any thread (tcache_totals):
+ * one more, stored atomically (no read-modify-write: only the owner writes them). ThreadSanitizer
+ * reported refills++ against qm_stats_print in another thread. */
+static void tcache_count(uint64_t *counter) { __atomic_store_n(counter, *counter + 1, __ATOMIC_RELAXED); }
 
 /* ---- invariants (QM_DEBUG builds run this on every slow path; unit tests call it) ---------------- */
 
@@ -461,7 +465,7 @@ void tcache_gc(tcache_t *tc) {
     list_set_floor(list, list_length(list)); /* the next pop below it takes the slow path */
   }
   tcache_set_capacity(tc, tc->capacity - reclaimed);
-  tc->gc_runs++;
+  tcache_count(&tc->gc_runs);
   /* Nothing to take back: don't rescan on each of the next growth attempts. */
   tc->gc_idle = reclaimed ? 0 : 32;
 }
@@ -586,7 +590,7 @@ void *tcache_alloc_slow(tcache_t *tc, unsigned cls) {
     tcache_set_capacity(tc, tc->capacity - (size_t)unearned * sizeclass_size[cls]);
   }
   if (got == 0) return NULL;
-  tc->refills++;
+  tcache_count(&tc->refills);
   void *obj = head;
   list->head = freelist_take(head);
   list_set_length(list, got - 1); /* the floor is 0: the list was empty */
@@ -618,7 +622,7 @@ void tcache_free_slow(tcache_t *tc, void *obj, unsigned cls) {
   /* Too long: hand a batch to the central list. A list that keeps overflowing belongs to a
    * thread that frees more than it allocates (a consumer): shrinking it keeps it from hoarding. */
   tcache_release(list, cls, list_length(list) < batch ? list_length(list) : batch);
-  tc->flushes++;
+  tcache_count(&tc->flushes);
   if (list_max(list) >= batch && ++tc->overages[cls] > TCACHE_MAX_OVERAGES) {
     uint32_t shrink = list_max(list) > 2 * batch ? batch : list_max(list) - batch;
     list_set_max(list, list_max(list) - shrink);
