@@ -21,6 +21,7 @@ void init_process(void) {
     sizeclass_init((unsigned)option(OPTION_MIN_ALIGN), (unsigned)option(OPTION_TRANSFER_BATCH));
     central_init();
     tcache_init();
+    release_init();
     __atomic_store_n(&init_done, true, __ATOMIC_RELEASE);
   }
   bool register_hooks = !init_hooks_registered;

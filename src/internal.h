@@ -225,12 +225,12 @@ void release_request(void);
  * create a thread, which allocates). */
 void release_poll(void);
 uint64_t release_wakeups(void); /* times the thread woke (statistics) */
-/* Whether a releaser thread runs, and the caller is not it: the retain cap's release is then its
- * job (pageheap_decay), asked for with release_wake. */
-bool release_takes_cap(void);
-/* Wakes the releaser before its period ends. Takes only the wake's own lock (callable under the
- * page heap's). */
-void release_wake(void);
+/* Makes the wake's condition (init_process; nothing allocated). */
+void release_init(void);
+/* Hands the retain cap's release to the releaser thread and wakes it before its period ends: true
+ * if it runs and is not the caller, which then leaves the pages to it (pageheap_decay). Takes only
+ * the wake's own lock (callable under the page heap's). */
+bool release_wake(void);
 /* Empties the transfer caches into their spans and gives every free page back to the OS (what
  * malloc_trim does once the thread caches are flushed); returns the bytes released or unmapped. */
 size_t release_all_free(void);

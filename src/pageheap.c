@@ -251,9 +251,9 @@ static uint64_t pageheap_due_ms(uint64_t freed_ms, uint64_t decay) {
 }
 
 /* Releases backed spans free for longer than decay_ms, then the oldest until the backed free bytes
- * are at most retain_max plus the pages in use, up to twice retain_max: on a program's thread, only
- * if no background releaser runs, which is woken for it instead (release.c; retain_max 0 keeps
- * "at once" on the freeing thread). Requires the lock. The cap
+ * are at most retain_max plus the pages in use, up to twice retain_max: that part by the background
+ * releaser, woken for it, while one runs on another thread (release.c; retain_max 0 keeps "at
+ * once" on the freeing thread). Requires the lock. The cap
  * grows with the heap in use so that a working set of big blocks that turns over (free one,
  * allocate another of another size) keeps its free spans backed: with a fixed 64 MiB, three or
  * four live blocks of 5-25 MiB (mtbench large-blocks --live 3, --live 4) released and faulted back
@@ -262,9 +262,9 @@ static uint64_t pageheap_due_ms(uint64_t freed_ms, uint64_t decay) {
  * unused; retain_max 0 (mallopt's M_TRIM_THRESHOLD 0) still releases every free span at once. */
 static void pageheap_decay(uint64_t now) {
   uint64_t decay = (uint64_t)option(OPTION_DECAY_MS);
-  size_t retain = (size_t)option(OPTION_RETAIN_MAX), in_use = pageheap.small_span_bytes + pageheap.large_bytes;
-  retain += in_use < retain ? in_use : retain;
-  bool cap_here = option(OPTION_RETAIN_MAX) == 0 || !release_takes_cap();
+  size_t retain_max = (size_t)option(OPTION_RETAIN_MAX), in_use = pageheap.small_span_bytes + pageheap.large_bytes;
+  size_t retain = retain_max + (in_use < retain_max ? in_use : retain_max);
+  bool cap_here = pageheap.backed.bytes <= retain || retain_max == 0 || !release_wake();
   span_t *s;
   /* next_decay_ms is stored atomically: pageheap_maybe_decay reads it without the lock
    * (ThreadSanitizer found the plain store). */
@@ -279,7 +279,6 @@ static void pageheap_decay(uint64_t now) {
   }
   __atomic_store_n(&pageheap.next_decay_ms, pageheap.oldest ? pageheap_due_ms(pageheap.oldest->freed_ms, decay) : UINT64_MAX,
                    __ATOMIC_RELAXED);
-  if (!cap_here && pageheap.backed.bytes > retain) release_wake();
 }
 
 void pageheap_decay_now(void) {

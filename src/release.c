@@ -19,7 +19,9 @@
  *   itself, under the page heap's lock, in the middle of the program's call (mtbench large-blocks
  *   --live 3: the last free gave back 29 MB, a 2 ms madvise, 5% of the run). The pages go back
  *   a wakeup later; retain_max 0 (mallopt's M_TRIM_THRESHOLD 0) still means at once, by the
- *   freeing thread (pageheap.c, pageheap_decay).
+ *   freeing thread (pageheap.c, pageheap_decay). The wake and the thread's stop exchange `running`
+ *   under wake_lock, so a wake it accepts is one it will still serve: its stop gives everything
+ *   back (release_all_free) after it refused the last one.
  * - Ends when no thread holds a cache (release_stop): a process whose threads have all ended must
  *   end too, and this thread would keep it alive. If it was the last thread, glibc runs the
  *   program's exit on it, with the program's code: hence a default-sized stack (release_start).
@@ -52,16 +54,14 @@ static struct {
   pthread_mutex_t lock;
   bool started;   /* read without the lock by the first tests */
   bool requested; /* something to release appeared; started at the next release_poll */
-  bool running;   /* the thread is in its loop (set and cleared by the thread; started stays true
-                     when pthread_create failed) */
-  pthread_t thread;
   uint64_t wakeups;
   /* The sleep, and a wake from release_wake. wake_lock is its own lock, never held while calling
    * anything that allocates or takes another lock: release_wake is called under the page heap's
-   * lock, and release_start holds `lock` across pthread_create, which allocates. */
+   * lock, and release_start holds `lock` across pthread_create, which allocates. Under wake_lock: */
   pthread_mutex_t wake_lock;
-  pthread_cond_t wake_cond; /* on CLOCK_MONOTONIC (release_wake_init) */
-  bool wake_ready;          /* wake_cond made (under lock) */
+  pthread_cond_t wake_cond; /* on CLOCK_MONOTONIC (release_init) */
+  bool running;             /* the thread is in its loop (started stays true when pthread_create failed) */
+  pthread_t thread;         /* which thread that is, while running */
   bool wake;
 } release_state QM_EARLY_DATA = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake_lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -78,9 +78,11 @@ size_t release_all_free(void) {
  * process never ended (python3's test_threading hung on such a child, forked from a thread; so
  * does any C program whose main calls pthread_exit). The next release_request starts a new one. */
 static void release_stop(void) {
-  /* Frees from now on give back over the cap themselves; what earlier ones left for this thread
-   * goes back here. */
-  __atomic_store_n(&release_state.running, false, __ATOMIC_RELEASE);
+  /* Frees from now on give back over the cap themselves (release_wake refuses); what the wakes
+   * this thread accepted left for it goes back here. */
+  pthread_mutex_lock(&release_state.wake_lock);
+  release_state.running = false;
+  pthread_mutex_unlock(&release_state.wake_lock);
   release_all_free();
   pthread_mutex_lock(&release_state.lock);
   __atomic_store_n(&release_state.started, false, __ATOMIC_RELEASE);
@@ -99,11 +101,10 @@ static void *release_main(void *unused) {
   sigset_t all;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, NULL);
-  __atomic_store_n(&release_state.thread, pthread_self(), __ATOMIC_RELAXED);
-  __atomic_store_n(&release_state.running, true, __ATOMIC_RELEASE);
-  /* A free that saw the last releaser running as it stopped may have left pages over the cap for
-   * it: the first pass looks, as a wake would. */
-  bool first = true;
+  pthread_mutex_lock(&release_state.wake_lock);
+  release_state.thread = pthread_self();
+  release_state.running = true;
+  pthread_mutex_unlock(&release_state.wake_lock);
   for (;;) {
     uint64_t ms = release_period_ms();
     struct timespec until;
@@ -119,8 +120,7 @@ static void *release_main(void *unused) {
     pthread_mutex_unlock(&release_state.wake_lock);
     __atomic_add_fetch(&release_state.wakeups, 1, __ATOMIC_RELAXED);
     if (tcache_live_caches() == 0) break;
-    if (woken || first) pageheap_decay_now(); /* a free went over the retain cap (release_wake) */
-    first = false;
+    if (woken) pageheap_decay_now(); /* a free went over the retain cap (release_wake) */
     tcache_housekeeping();
   }
   release_stop();
@@ -128,9 +128,8 @@ static void *release_main(void *unused) {
 }
 
 /* The wake's condition waits on the monotonic clock: a change of the wall clock must not stretch
- * or skip the period. Made once, before the first releaser thread is created (release_start), and
- * again in a forked child: never while another thread may signal it. */
-static void release_wake_init(void) {
+ * or skip the period. Made at init, before any thread can signal it, and again in a forked child. */
+void release_init(void) {
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
   pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -149,8 +148,6 @@ static void release_start(void) {
      * 64 KiB, an exit handler using 256 KiB of stack crashed (preload-last_thread). The pages it
      * does not touch are address space only. */
     pthread_t thread;
-    if (!release_state.wake_ready) release_wake_init();
-    release_state.wake_ready = true;
     bool was = prof_suspend(); /* its allocations are qmalloc's, not the program's: no samples */
     /* Marked started even if pthread_create fails: the program runs on as before (slow paths do
      * the housekeeping), without retrying a failing create on every free. */
@@ -162,16 +159,15 @@ static void release_start(void) {
   pthread_mutex_unlock(&release_state.lock);
 }
 
-bool release_takes_cap(void) {
-  return __atomic_load_n(&release_state.running, __ATOMIC_ACQUIRE) &&
-         !pthread_equal(pthread_self(), __atomic_load_n(&release_state.thread, __ATOMIC_RELAXED));
-}
-
-void release_wake(void) {
+bool release_wake(void) {
   pthread_mutex_lock(&release_state.wake_lock);
-  release_state.wake = true;
-  pthread_cond_signal(&release_state.wake_cond);
+  bool accepted = release_state.running && !pthread_equal(pthread_self(), release_state.thread);
+  if (accepted) {
+    release_state.wake = true;
+    pthread_cond_signal(&release_state.wake_cond);
+  }
   pthread_mutex_unlock(&release_state.wake_lock);
+  return accepted;
 }
 
 void release_request(void) {
@@ -195,8 +191,7 @@ void release_after_fork_child(void) {
   pthread_mutex_init(&release_state.lock, NULL);
   /* The parent's releaser, or a free waking it, may have held these at the fork. */
   pthread_mutex_init(&release_state.wake_lock, NULL);
-  release_wake_init();
-  release_state.wake_ready = true;
+  release_init();
   release_state.wake = false;
   release_state.running = false;
   /* The parent had one: so will the child, at its first slow path (if the option still allows). */
