@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "freelist.h"
+#include "harden.h"
 #include "internal.h"
 #include "log.h"
 
@@ -26,7 +27,11 @@ void check_init(void) {
   errno = saved;
   /* Bit 63 set: keys of user-space objects are negative, so a link overwritten with a user-space
    * address decodes negative (freelist_take). Bit 0 set: a zeroed word is never a tag. */
-  freelist_secret = s | 1 | ((uintptr_t)1 << 63);
+  s |= 1 | ((uintptr_t)1 << 63);
+  /* The hardened build's underflow check reads the top 16 bits of a word, the same for the pattern
+   * and every key (harden.h): 48 random bits there. */
+  if (qm_hardened) s = harden_secret(s);
+  freelist_secret = s;
 }
 
 void check_fail_invalid(const char *call, const void *ptr) { log_fatal("%s: invalid pointer %p", call, ptr); }

@@ -19,6 +19,13 @@
 
 __thread harden_thread_t harden_self __attribute__((tls_model("initial-exec"), visibility("hidden")));
 
+/* Each class's fill offsets (harden.h), computed by the compiler from the class table: read-only
+ * data. Slots of 16 bytes (and the 8-byte class, which this build never uses) take no fill; their
+ * entries are never read. */
+#define HARDEN_FILL_MID_ROW(cls, size, pages) [cls] = (size) >= 48 ? 32 : 16,
+#define HARDEN_FILL_END_ROW(cls, size, pages) [cls] = (size) >= 64 ? 48 : (size) >= 48 ? 32 : 16,
+const harden_fill_at_t harden_fill_at = {{SIZECLASS_ROWS(HARDEN_FILL_MID_ROW)}, {SIZECLASS_ROWS(HARDEN_FILL_END_ROW)}};
+
 /* ---- the one-line errors of the hardened build (check.c's format) ---------------------------- */
 
 QM_NOINLINE QM_COLD void harden_fail_overflow(const char *call, const void *obj) {
@@ -147,7 +154,7 @@ __attribute__((destructor)) static void harden_check_at_exit(void) {
     for (uint32_t i = 0; i < rings[k]->count; i++) {
       void *obj = rings[k]->blocks[i];
       unsigned cls = rings[k]->classes[i];
-      if (!harden_leaving_intact(obj) || !freelist_tagged(obj, freelist_key(obj)) || !harden_holds_fill(obj, sizeclass_size[cls]))
+      if (!harden_leaving_intact(obj) || !freelist_tagged(obj, freelist_key(obj)) || !harden_holds_fill(obj, cls))
         harden_fail_write_after_free("exit()", obj);
     }
   }
@@ -160,7 +167,7 @@ void harden_carve(span_t *span, unsigned cls) {
   uint32_t n = sizeclass_span_objects[cls];
   if (size <= HARDEN_FILL_END) memset((void *)span->start, HARDEN_PATTERN, (size_t)n * size); /* every byte is fill */
   else
-    for (uint32_t i = 0; i < n; i++) harden_fill((void *)(span->start + (uintptr_t)i * size), size);
+    for (uint32_t i = 0; i < n; i++) harden_fill((void *)(span->start + (uintptr_t)i * size), cls);
   uint16_t order[1024]; /* the most objects a span holds (sizeclass_table.h) */
   harden_seed(&harden_self);
   if (size < 16 || n > 1024) { /* never in this build: the 8-byte class serves no request here */

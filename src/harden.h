@@ -124,38 +124,40 @@ QM_INLINE harden_vec_t harden_load_vec(const void *at) { return *(const harden_u
 
 QM_INLINE uint64_t *harden_last_word(void *obj, size_t slot) { return (uint64_t *)(void *)((char *)obj + slot - 8); }
 
+/* Where the fill's second and third vectors go in a class's slots (the first is at 16): at 32 and
+ * 48 in slots of 64 bytes and more, at 32 twice in 48-byte slots, at 16 (the first's place) in
+ * 32-byte slots. From a table and not from a test of the slot size: where sizes are mixed (t-test1,
+ * churn) that test went either way at random, a mispredicted branch in about one free and one
+ * hand-out in four (cachegrind's branch simulation, docs/hardening.md). A table of its own, apart
+ * from sizeclass_size: with one base for both, GCC kept the base and the index in registers from
+ * the slot size's load to the fill, and saved two more on the free's path (make fastpath). */
+typedef struct {
+  uint8_t mid[SIZECLASS_COUNT], end[SIZECLASS_COUNT];
+} harden_fill_at_t;
+extern const harden_fill_at_t harden_fill_at __attribute__((visibility("hidden")));
+
 /* A freed block's fill: [16, HARDEN_FILL_END) (to its end if smaller) and its last word. (Slots of
- * 16 bytes are all tag.) Its vectors: at 16, 32 and 48 in slots of 64 bytes and more; in 32- and
- * 48-byte slots at 16 and at the slot's end less 16 (the same vector in 32-byte slots). Two
- * separate branches, so that the common one has constant offsets (with one offset computed for
- * both, as min(at, slot - 16), GCC kept it in a register: an instruction at each end, make
- * fastpath). harden_holds_fill reads the same vectors. */
-QM_INLINE void harden_fill(void *obj, size_t slot) {
+ * 16 bytes are all tag.) harden_holds_fill reads the same vectors. */
+QM_INLINE void harden_fill(void *obj, unsigned cls) {
+  size_t slot = sizeclass_size[cls];
   if (slot <= 16) return;
   char *p = (char *)obj;
   *(harden_uvec_t *)(void *)(p + 16) = HARDEN_PATTERN_VEC;
-  if (QM_LIKELY(slot >= HARDEN_FILL_END)) {
-    *(harden_uvec_t *)(void *)(p + 32) = HARDEN_PATTERN_VEC;
-    *(harden_uvec_t *)(void *)(p + 48) = HARDEN_PATTERN_VEC;
-  } else {
-    *(harden_uvec_t *)(void *)(p + slot - 16) = HARDEN_PATTERN_VEC;
-  }
+  *(harden_uvec_t *)(void *)(p + harden_fill_at.mid[cls]) = HARDEN_PATTERN_VEC;
+  *(harden_uvec_t *)(void *)(p + harden_fill_at.end[cls]) = HARDEN_PATTERN_VEC;
   *harden_last_word(obj, slot) = HARDEN_PATTERN_WORD;
 }
 _Static_assert(HARDEN_FILL_END == 64, "harden_fill and harden_holds_fill store and check three vectors from byte 16");
 
 /* Whether obj's fill is intact: [16, HARDEN_FILL_END) and its last word all pattern, without an
  * early exit. (The vectors are 16-byte aligned: slots are multiples of 16 on aligned spans.) */
-QM_INLINE bool harden_holds_fill(const void *obj, size_t slot) {
+QM_INLINE bool harden_holds_fill(const void *obj, unsigned cls) {
+  size_t slot = sizeclass_size[cls];
   if (slot <= 16) return true;
   const char *p = (const char *)obj;
-  harden_vec_t v0 = *(const harden_vec_t *)(const void *)(p + 16), v1, v2;
-  if (QM_LIKELY(slot >= HARDEN_FILL_END)) {
-    v1 = *(const harden_vec_t *)(const void *)(p + 32);
-    v2 = *(const harden_vec_t *)(const void *)(p + 48);
-  } else {
-    v1 = v2 = *(const harden_vec_t *)(const void *)(p + slot - 16);
-  }
+  harden_vec_t v0 = *(const harden_vec_t *)(const void *)(p + 16);
+  harden_vec_t v1 = *(const harden_vec_t *)(const void *)(p + harden_fill_at.mid[cls]);
+  harden_vec_t v2 = *(const harden_vec_t *)(const void *)(p + harden_fill_at.end[cls]);
   uint64_t last = *(const uint64_t *)(const void *)(p + slot - 8);
 #if defined(__x86_64__)
   /* Byte compares ANDed and one mask (SSE2): a compare can take its operand from memory. */
@@ -210,7 +212,7 @@ QM_INLINE void harden_write_tail(void *obj, size_t slot, size_t n) {
  * (else "malloc(): write after free"), then canary and record. */
 QM_INLINE void *harden_handout(void *obj, unsigned cls, size_t n) {
   size_t slot = sizeclass_size[cls];
-  if (QM_UNLIKELY(!harden_holds_fill(obj, slot))) return harden_fail_handout(obj);
+  if (QM_UNLIKELY(!harden_holds_fill(obj, cls))) return harden_fail_handout(obj);
   harden_write_tail(obj, slot, n);
   return obj;
 }
@@ -223,21 +225,37 @@ QM_INLINE bool harden_tail_intact(const void *obj, size_t slot, size_t *n) {
   return QM_LIKELY(*n <= record && harden_canary_intact(obj, *n, slot));
 }
 
-/* Whether the last word of the slot before obj (span_start: the first slot of obj's span) is a
- * valid record (that block is live), the pattern (free, of 32 bytes or more), or for 16-byte slots
- * the free tag or 0 (the moment between a pop and the record's store). Anything else: an underflow
- * of obj (or an overflow of the block before that reached its record). */
+/* The top 16 bits of every word the last word of a small slot can hold, live or free: the
+ * pattern's (0xa5a5...), and so, in this build, the secret's (harden_secret), which makes them
+ * every key's (an address's top 16 bits are 0), every free tag's and every record's (key ^ n << 8,
+ * n < 2^40). */
+#define HARDEN_WORD_TOP ((uint64_t)0xa5a5)
+/* The secret as this build uses it: its top 16 bits HARDEN_WORD_TOP, 48 random ones below (check.c
+ * draws it). Bit 63 stays set (0xa5), as freelist_take's sign test needs. */
+QM_INLINE uintptr_t harden_secret(uintptr_t drawn) { return (drawn & (((uint64_t)1 << 48) - 1)) | (HARDEN_WORD_TOP << 48); }
+
+/* Whether the last word of the slot before obj (span_start: the first slot of obj's span) is one a
+ * slot holds: a record (that block is live), the pattern (free, of 32 bytes or more), a free tag
+ * (free, of 16 bytes), or 0 in 16-byte slots (the moment between a pop and the record's store).
+ * They share their top 16 bits (HARDEN_WORD_TOP), which an underflow of obj (its bytes run from
+ * the top byte of that word down) overwrites first: one compare, the same whether the block before
+ * is live or free. (It decoded the record when the word was not the pattern: whether the block
+ * before is live or free is as random as the program's order of frees, and that branch was
+ * mispredicted in about one free in five of t-test1's, cachegrind's branch simulation; 7
+ * instructions more when live.) A 1-byte underflow is missed only if it writes 0xa5, one of 2 or
+ * more bytes only if it writes 0xa5a5 at the top; the bits below are not looked at (the block
+ * before checks its own record when it is freed). */
 QM_INLINE bool harden_before_intact(void *obj, size_t slot, uintptr_t span_start) {
   uintptr_t addr = (uintptr_t)obj;
-  if (addr == span_start) return true;
-  uintptr_t w = __atomic_load_n((const uintptr_t *)(addr - 8), __ATOMIC_RELAXED); /* the slot before's last word */
-  if (QM_LIKELY(w == HARDEN_PATTERN_WORD && slot > 16)) return true;
-  /* The key of the slot before, only now: GCC computed it ahead of the test above, which takes a
-   * register and the secret's load on every free (a volatile load is not moved ahead of a test). */
-  void *before = (void *)(addr - slot);
-  uintptr_t key = (uintptr_t)before ^ *(volatile const uintptr_t *)&freelist_secret;
-  if (QM_LIKELY(harden_record_size_keyed(key, w) <= slot - 8)) return true;
-  return slot == 16 && (w == key || w == 0);
+  if (addr == span_start) return true; /* no slot before: the bytes there may not be mapped */
+  /* The word's top 16 bits alone, in one load (the word is loaded again on the cold path). */
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  const uint16_t *top = (const uint16_t *)(addr - 2);
+#else
+  const uint16_t *top = (const uint16_t *)(addr - 8);
+#endif
+  if (QM_LIKELY(__atomic_load_n(top, __ATOMIC_RELAXED) == HARDEN_WORD_TOP)) return true;
+  return slot == 16 && __atomic_load_n((const uintptr_t *)(addr - 8), __ATOMIC_RELAXED) == 0;
 }
 
 /* The free of small block obj of class cls (span_start: its span's first slot): not free already
@@ -261,7 +279,7 @@ QM_INLINE bool harden_retire(void *obj, unsigned cls, uintptr_t span_start, bool
   else {
     words[1] = key;
     words[0] = key; /* as a list's last block's link would read (NULL): never followed, checked as it leaves */
-    harden_fill(obj, slot);
+    harden_fill(obj, cls);
     return true;
   }
   harden_reject(defect, call, obj, size);

@@ -69,14 +69,19 @@ static size_t size_of(const char *mode) {
 }
 
 /* Medium blocks for underflows: 20000 bytes (a class of several blocks per span, so that a block
- * with a live block of its class just before it can be found). */
-static size_t underflow_size(const char *mode) { return size_of(mode) == 32 ? 32 : 20000; }
+ * with a live block of its class just before it can be found); tiny ones, 8 bytes (the hardened
+ * build's 16-byte slots, whose last word is a free block's tag rather than the pattern). */
+static size_t underflow_size(const char *mode) {
+  size_t n = strlen(mode);
+  if (n > 5 && !strcmp(mode + n - 5, "_tiny")) return 8;
+  return size_of(mode) == 32 ? 32 : 20000;
+}
 
 /* A block whose slot follows another block of the same batch directly (the one before it is live):
  * a write before it lands in that block's last bytes. Never a block at an 8 KiB boundary: that
  * may be its span's first slot, with the live block at the end of the span before, and nothing
  * checks across spans (1 run in 100 picked one). NULL if none of `count` blocks qualifies. */
-static char *block_after_live_block(size_t size, int count) {
+static char *block_after_live_block(size_t size, int count, char **before) {
   char *blocks[64];
   for (int i = 0; i < count; i++) blocks[i] = malloc(size);
   for (int i = 0; i < count; i++)
@@ -86,7 +91,10 @@ static char *block_after_live_block(size_t size, int count) {
         /* the nearest lower block: nothing of the batch between them */
         int between = 0;
         for (int k = 0; k < count; k++) between |= blocks[k] > blocks[j] && blocks[k] < blocks[i];
-        if (!between) return blocks[i];
+        if (!between) {
+          if (before) *before = blocks[j];
+          return blocks[i];
+        }
       }
   return NULL;
 }
@@ -286,12 +294,15 @@ int main(int argc, char **argv) {
     ((volatile char *)launder(q))[600] = 'x';
     free(q);
   } else if (starts(mode, "underflow1_") || starts(mode, "underflow8_")) { /* before the block */
+    /* underflowK_free_*: the block before is freed first (in the hardened build its last word is
+     * then the pattern, or in 16-byte slots its free tag, instead of its record) */
     size_t size = underflow_size(mode), k = mode[9] == '1' ? 1 : 8;
-    char *p = block_after_live_block(size, size > 1000 ? 8 : 32);
+    char *before = NULL, *p = block_after_live_block(size, size > 1000 ? 8 : 32, &before);
     if (p == NULL) {
       fprintf(stderr, "bad_free: no block with a live block just before it\n");
       return 4;
     }
+    if (starts(mode + 11, "free_")) free(before);
     announce(p);
     memset((char *)launder(p) - k, 'x', k);
     free(p);

@@ -190,7 +190,10 @@ for k in 1 8; do
   for sz in small medium; do
     expect_line overflow${k}_$sz "$OV" "$k-byte overflow past malloc's size ($sz)"
     expect_line underflow${k}_$sz "$UN" "$k-byte underflow before a block ($sz)"
+    expect_line underflow${k}_free_$sz "$UN" "$k-byte underflow before a block whose neighbour was freed ($sz)"
   done
+  expect_line underflow${k}_tiny "$UN" "$k-byte underflow before an 8-byte block (16-byte slots)"
+  expect_line underflow${k}_free_tiny "$UN" "$k-byte underflow before an 8-byte block whose neighbour was freed"
   expect_fault overflow${k}_large "$k-byte overflow past a 1 MiB block: its guard page"
   for sz in smallfit mediumfit; do
     expect_line overflow${k}_$sz "$OV" "$k-byte overflow past a request that reaches its record ($sz: no canary bytes)"
