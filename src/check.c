@@ -29,7 +29,7 @@ void check_init(void) {
    * address decodes negative (freelist_take). Bit 0 set: a zeroed word is never a tag. */
   s |= 1 | ((uintptr_t)1 << 63);
   /* The hardened build's underflow check reads the top 16 bits of a word, the same for the pattern
-   * and every key (harden.h): 48 random bits there. */
+   * and every key (harden.h): 47 random bits there (bit 0 set). */
   if (qm_hardened) s = harden_secret(s);
   freelist_secret = s;
 }

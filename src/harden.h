@@ -230,7 +230,7 @@ QM_INLINE bool harden_tail_intact(const void *obj, size_t slot, size_t *n) {
  * every key's (an address's top 16 bits are 0), every free tag's and every record's (key ^ n << 8,
  * n < 2^40). */
 #define HARDEN_WORD_TOP ((uint64_t)0xa5a5)
-/* The secret as this build uses it: its top 16 bits HARDEN_WORD_TOP, 48 random ones below (check.c
+/* The secret as this build uses it: its top 16 bits HARDEN_WORD_TOP, 47 random ones below (check.c
  * draws it). Bit 63 stays set (0xa5), as freelist_take's sign test needs. */
 QM_INLINE uintptr_t harden_secret(uintptr_t drawn) { return (drawn & (((uint64_t)1 << 48) - 1)) | (HARDEN_WORD_TOP << 48); }
 
