@@ -68,12 +68,13 @@ QM_INLINE size_t harden_record_size(const void *obj, uint64_t w) { return harden
  * enough for the common use after free (the freeing function's caller still holds the pointer) to
  * meet the pattern check instead of a new owner, and the next owner of a freed block cannot be
  * predicted by spraying allocations of its size. Two rings, so that the common case counts no
- * bytes: blocks of up to HARDEN_QUARANTINE_SMALL bytes wait in one of 64 slots (64 x 16 KiB: at
- * most 1 MiB), larger ones in another, bounded also by HARDEN_QUARANTINE_BYTES (filled by the slow
- * half, harden.c; once at its bound, harden_quarantine_swap_large). Ring lengths of 32 to 128
- * measured the same over the quick preset; 16 and 32 took 13-18% off malloc-test's time alone, at
- * a quarter or half of the wait (docs/hardening.md, Cost). */
-#define HARDEN_QUARANTINE_SHIFT 6
+ * bytes: blocks of up to HARDEN_QUARANTINE_SMALL bytes wait in one of 32 slots (32 x 16 KiB: at
+ * most 512 KiB), larger ones in another, bounded also by HARDEN_QUARANTINE_BYTES (filled by the
+ * slow half, harden.c; once at its bound, harden_quarantine_swap_large). 32 and not 64: over the
+ * quick preset 0.959 of the time with 64 (0.929-0.998), malloc-test 0.91 of its pairs' time, most
+ * at 8 KiB, where the 64 blocks a loop cycles through spanned 144 pages; the wait is half as long
+ * (docs/hardening.md, Cost). */
+#define HARDEN_QUARANTINE_SHIFT 5
 #define HARDEN_QUARANTINE_SLOTS (QM_HARDENED_BUILD ? 1 << HARDEN_QUARANTINE_SHIFT : 1) /* the default build's threads carry none */
 #define HARDEN_QUARANTINE_SMALL ((size_t)16 << 10)
 #define HARDEN_QUARANTINE_BYTES ((size_t)1 << 20)
@@ -347,7 +348,7 @@ QM_INLINE void *harden_quarantine_swap(void *obj, unsigned cls, unsigned *leavin
   *leaving_cls = t->small.classes[i];
   t->small.blocks[i] = obj;
   t->small.classes[i] = (uint8_t)cls;
-  i = (uint32_t)(harden_random(t) >> (64 - HARDEN_QUARANTINE_SHIFT)); /* obj itself, 1 time in 64 */
+  i = (uint32_t)(harden_random(t) >> (64 - HARDEN_QUARANTINE_SHIFT)); /* obj itself, 1 time in 32 */
   t->small.next = i;
   __builtin_prefetch(t->small.blocks[i]); /* its first line; the hand-out's check reads it and the last word */
   return leaving;
