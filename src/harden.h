@@ -244,18 +244,15 @@ QM_INLINE uintptr_t harden_secret(uintptr_t drawn) { return (drawn & (((uint64_t
  * is live or free. (It decoded the record when the word was not the pattern: whether the block
  * before is live or free is as random as the program's order of frees, and that branch was
  * mispredicted 87 k times in 400 k operations of t-test1 --max-size 64, cachegrind's branch
- * simulation; 7 instructions more when live.) A 1-byte underflow is missed only if it writes 0xa5, one of 2 or
- * more bytes only if it writes 0xa5a5 at the top; the bits below are not looked at (the block
- * before checks its own record when it is freed). */
+ * simulation; 7 instructions more when live.) A 1-byte underflow is missed only if it writes
+ * 0xa5, one of 2 or more bytes only if it writes 0xa5a5 at the top; the bits below are not looked
+ * at (the block before checks its own record when it is freed). */
 QM_INLINE bool harden_before_intact(void *obj, size_t slot, uintptr_t span_start) {
   uintptr_t addr = (uintptr_t)obj;
   if (addr == span_start) return true; /* no slot before: the bytes there may not be mapped */
-  /* The word's top 16 bits alone, in one load (the word is loaded again on the cold path). */
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  const uint16_t *top = (const uint16_t *)(addr - 2);
-#else
-  const uint16_t *top = (const uint16_t *)(addr - 8);
-#endif
+  /* The word's top 16 bits alone, in one load (the word is loaded again on the cold path): its
+   * last 2 bytes on a little-endian machine, its first 2 on a big-endian one. */
+  const uint16_t *top = (const uint16_t *)(addr - (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? 2 : 8));
   if (QM_LIKELY(__atomic_load_n(top, __ATOMIC_RELAXED) == HARDEN_WORD_TOP)) return true;
   return slot == 16 && __atomic_load_n((const uintptr_t *)(addr - 8), __ATOMIC_RELAXED) == 0;
 }
