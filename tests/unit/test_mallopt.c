@@ -18,12 +18,7 @@
 #include "internal.h"
 #include "os.h"
 #include "testutil.h"
-
-static pageheap_stats_t heap(void) {
-  pageheap_stats_t s;
-  pageheap_stats(&s);
-  return s;
-}
+#include "unit/heap_util.h"
 
 /* Frees an 8 MiB block (a large span, below release_large) and returns the bytes released. */
 static uint64_t released_by_large_free(void) {
@@ -39,17 +34,7 @@ static uint64_t released_by_large_free(void) {
 #define TRIM_BLOCK_SIZE ((size_t)1 << 20) /* large spans, below release_large and retain_max */
 
 /* Allocates, touches and frees 16 MiB of large blocks; returns released_bytes_total before the free. */
-static uint64_t free_16_mib(void) {
-  void *blocks[TRIM_BLOCKS];
-  for (int i = 0; i < TRIM_BLOCKS; i++) {
-    blocks[i] = malloc(TRIM_BLOCK_SIZE);
-    CHECK(blocks[i] != NULL);
-    memset(blocks[i], 1, TRIM_BLOCK_SIZE);
-  }
-  uint64_t before = heap().released_bytes_total;
-  for (int i = 0; i < TRIM_BLOCKS; i++) free(blocks[i]);
-  return before;
-}
+static uint64_t free_16_mib(void) { return free_large_blocks(TRIM_BLOCKS, TRIM_BLOCK_SIZE); }
 
 /* Polls (10 ms steps, at most 60 s) until no free page is left backed, or until the background
  * releaser has woken `wakeups` more times (each wakeup runs the decay). Returns the bytes

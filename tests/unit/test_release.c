@@ -8,21 +8,15 @@
  *   - with retain_max 0 (mallopt's M_TRIM_THRESHOLD 0), by the free itself, releaser or not;
  *   - with no releaser (release_thread off, as under tests/cross), by the free itself.
  * The wait polls (10 ms steps) with a generous bound (60 s), never a timing assumption. */
-#include <string.h>
 #include <time.h>
 
 #include "internal.h"
 #include "testutil.h"
+#include "unit/heap_util.h"
 
 #define BLOCKS 6
 #define BLOCK_SIZE ((size_t)4 << 20) /* large spans, below release_large */
 #define CAP ((size_t)4 << 20)
-
-static pageheap_stats_t heap(void) {
-  pageheap_stats_t s;
-  pageheap_stats(&s);
-  return s;
-}
 
 /* The retain cap as pageheap_decay computes it: retain_max plus the pages in use, up to twice it. */
 static size_t cap_now(void) {
@@ -32,17 +26,7 @@ static size_t cap_now(void) {
 }
 
 /* Allocates, touches and frees BLOCKS large blocks; returns released_bytes_total before the frees. */
-static uint64_t free_blocks(void) {
-  void *blocks[BLOCKS];
-  for (int i = 0; i < BLOCKS; i++) {
-    blocks[i] = malloc(BLOCK_SIZE);
-    CHECK(blocks[i] != NULL);
-    memset(blocks[i], 1, BLOCK_SIZE);
-  }
-  uint64_t before = heap().released_bytes_total;
-  for (int i = 0; i < BLOCKS; i++) free(blocks[i]);
-  return before;
-}
+static uint64_t free_blocks(void) { return free_large_blocks(BLOCKS, BLOCK_SIZE); }
 
 /* Polls until the free backed bytes are within the cap (10 ms steps, at most 60 s); no allocator
  * call. Returns whether they got there. */
@@ -58,10 +42,11 @@ static bool within_cap_after_waiting(void) {
 int main(void) {
   init_process();
   free(malloc(64)); /* a live thread cache: the releaser ends when no thread holds one */
-  options_values[OPTION_DECAY_MS] = -1;     /* never: only the cap releases */
-  options_values[OPTION_TCACHE_IDLE_MS] = 0; /* taking this idle thread's cache back frees spans, whose
-                                                decay on the releaser would release as well */
-  options_values[OPTION_RETAIN_MAX] = (long long)CAP;
+  /* Set as mallopt sets them (atomically: the releaser reads them once started). */
+  __atomic_store_n(&options_values[OPTION_DECAY_MS], -1, __ATOMIC_RELAXED); /* never: only the cap releases */
+  /* Taking this idle thread's cache back frees spans, whose decay on the releaser would release too. */
+  __atomic_store_n(&options_values[OPTION_TCACHE_IDLE_MS], 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&options_values[OPTION_RETAIN_MAX], (long long)CAP, __ATOMIC_RELAXED);
   bool releaser = option(OPTION_RELEASE_THREAD) != 0;
 
   if (releaser) {
@@ -79,7 +64,7 @@ int main(void) {
     CHECK_MSG(released >= BLOCKS * BLOCK_SIZE - 2 * CAP, "releaser: only %llu bytes went back", (unsigned long long)released);
 
     /* retain_max 0: at once, in the free, even with the releaser running. */
-    __atomic_store_n(&options_values[OPTION_RETAIN_MAX], 0, __ATOMIC_RELAXED); /* the releaser reads it */
+    __atomic_store_n(&options_values[OPTION_RETAIN_MAX], 0, __ATOMIC_RELAXED);
     before = free_blocks();
     pageheap_stats_t s = heap();
     CHECK_MSG(s.released_bytes_total - before >= BLOCKS * BLOCK_SIZE,
