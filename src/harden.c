@@ -111,8 +111,10 @@ void *harden_quarantine_add(void *obj, unsigned cls, unsigned *leaving_cls) {
     uint32_t i = harden_below(t, r->count);
     leaving = harden_ring_replace(r, i, obj, cls, size - sizeclass_size[r->classes[i]], leaving_cls);
   }
-  /* The small ring full: its fast path takes over, with the next slot to leave drawn. */
-  if (small && r->count == HARDEN_QUARANTINE_SLOTS) r->next = harden_below(t, r->count);
+  /* The small ring full: its fast path takes over, with the next slot to leave drawn. Until then
+   * next stays at the ring's length, which fails the fast path's test: a new thread's ring reads
+   * next 0, and with that its second free took the fast path and let its first block leave. */
+  if (small) r->next = r->count == HARDEN_QUARANTINE_SLOTS ? harden_below(t, r->count) : HARDEN_QUARANTINE_SLOTS;
   return leaving;
 }
 

@@ -331,7 +331,8 @@ enum { HARDEN_SMALL_RING_CLASSES = 0 SIZECLASS_ROWS(HARDEN_SMALL_RING_ROW) };
 
 /* Whether a free of class cls takes the quarantine's fast path: a full small ring. */
 QM_INLINE bool harden_quarantine_fast(unsigned cls) {
-  /* (next < count: a zeroed ring, a ring that lost a block and an exiting thread's, count 0, fail it) */
+  /* (next < count: a ring still filling, next at its length, a ring that lost a block, and an
+   * exiting thread's and a new thread's, count 0, fail it) */
   return QM_LIKELY(harden_self.small.next < harden_self.small.count && cls <= HARDEN_SMALL_RING_CLASSES);
 }
 

@@ -106,6 +106,19 @@ static void on_fault(int sig, siginfo_t *info, void *context) {
   /* SA_RESETHAND: returning re-runs the access, which now kills the program with SIGSEGV */
 }
 
+/* A new thread frees two blocks and allocates their size again: in the hardened build both wait in
+ * its quarantine (32 blocks), so neither comes back; *result is the one that did, if any. */
+static void *quarantine_in_new_thread(void *result) {
+  void *a = malloc(32), *b = malloc(32);
+  free(a);
+  free(b);
+  for (int i = 0; i < 8; i++) {
+    void *c = malloc(32);
+    if (c == a || c == b) *(void **)result = c;
+  }
+  return NULL;
+}
+
 static int starts(const char *mode, const char *prefix) { return strncmp(mode, prefix, strlen(prefix)) == 0; }
 
 int main(int argc, char **argv) {
@@ -284,6 +297,14 @@ int main(int argc, char **argv) {
     if (fit) memset(launder(p), 0xa5, size); /* the program's bytes look like a canary: the record must tell */
     for (size_t i = 0; i < k; i++) past[i] = fit ? (char)~past[i] : 'x';
     free(p);
+  } else if (!strcmp(mode, "quarantine_new_thread")) { /* not a death: exit 0 if the quarantine holds */
+    pthread_t t;
+    void *reused = NULL;
+    if (pthread_create(&t, NULL, quarantine_in_new_thread, &reused) != 0 || pthread_join(t, NULL) != 0) return 3;
+    if (reused != NULL) {
+      fprintf(stderr, "bad_free: a new thread's malloc(32) returned %p, freed two frees before\n", reused);
+      return 1;
+    }
   } else if (!strcmp(mode, "overflow_shrunk")) { /* past a block realloc shrank where it is */
     char *p = malloc(1000), *q = realloc(launder(p), 600);
     if (q != p) {

@@ -199,6 +199,11 @@ for k in 1 8; do
     expect_line overflow${k}_$sz "$OV" "$k-byte overflow past a request that reaches its record ($sz: no canary bytes)"
   done
 done
+# A new thread's quarantine holds its first frees (its ring read "next slot 0" and let the first go
+# at the second free).
+run quarantine_new_thread
+if [[ $STATUS -eq 0 && ! -s $ERR ]]; then pass "quarantine_new_thread: a new thread's first two freed blocks not handed out again"
+else fail "quarantine_new_thread: status $STATUS, stderr:"; show; fi
 expect_line overflow_shrunk "$OV" "1-byte overflow past a block realloc shrank in place (1000 -> 600 bytes)"
 for sz in small medium; do
   expect_line uaf_write_$sz "$WAF" "write after free, then mallocs of its size ($sz)"
