@@ -210,8 +210,7 @@ QM_INLINE uint64_t tcache_magic_of_twice(size_t twice_cls, uintptr_t tls_offset)
 /* Whether addr is at an object boundary of a small span, the page map's entry in *entry (class * 2
  * in its low byte, the span's start above): one multiply rejects interior pointers, foreign pointers
  * and pages that are not small alike (class 0's magic is 0). *null: addr was NULL
- * (pagemap_small_entry). The fast paths of free, realloc and malloc_usable_size (the
- * hardened free has its own, from the span's start). */
+ * (pagemap_small_entry). The fast paths of free (both builds), realloc and malloc_usable_size. */
 QM_INLINE bool small_object_at(uintptr_t addr, uintptr_t tls_offset, uintptr_t *entry, bool *null) {
   *entry = pagemap_small_entry(addr, tls_offset, null);
   size_t twice_cls = *entry & 0xff; /* the class * 2 (PAGEMAP_SMALL_ENTRY): a scaled index as it is */
@@ -716,8 +715,8 @@ static QM_NOINLINE void quarantine_add_hardened(void *ptr, unsigned cls) {
 
 /* A small block's free after its class and span are known: checked and filled, into the
  * quarantine, and the block that leaves it (if any) onto this thread's list. */
-QM_INLINE void free_small_hardened(void *ptr, unsigned cls, uintptr_t span_start, size_t size, bool sized, const char *call) {
-  if (!harden_retire(ptr, cls, span_start, sized, size, call)) return; /* reported: harden_reject does not return */
+QM_INLINE void free_small_hardened(void *ptr, unsigned cls, size_t size, bool sized, const char *call) {
+  if (!harden_retire(ptr, cls, sized, size, call)) return; /* reported: harden_reject does not return */
   if (QM_UNLIKELY(!harden_quarantine_fast(cls))) {
     quarantine_add_hardened(ptr, cls);
     return;
@@ -741,21 +740,16 @@ static QM_NOINLINE void free_hardened_slow(void *ptr, size_t size, bool sized, c
     pageheap_free_block(b.span, (uintptr_t)ptr);
     return;
   }
-  free_small_hardened(ptr, b.cls, pagemap_entry_span_start(pagemap_small_of((uintptr_t)ptr)), size, sized, call);
+  free_small_hardened(ptr, b.cls, size, sized, call);
 }
 
 /* As free_fast: the page map says ptr is at an object boundary of a small span (one multiply). */
 QM_INLINE void free_hardened(void *ptr, size_t size, bool sized, const char *call) {
-  /* small_object_at's test from the span's start, which the checks need (underflows): with
-   * small_object_at and the start derived again, 3 instructions a pair more (make fastpath). */
-  uintptr_t tls_offset = tcache_tls_offset();
-  bool null;
-  uintptr_t entry = pagemap_small_entry((uintptr_t)ptr, tls_offset, &null);
+  uintptr_t tls_offset = tcache_tls_offset(), entry;
+  bool null, at_object = small_object_at((uintptr_t)ptr, tls_offset, &entry, &null);
   if (null) return; /* free(NULL), found on the page map's cold branch, as free_fast does */
-  uintptr_t span_start = pagemap_entry_span_start(entry);
-  uint64_t magic = tcache_magic_of_twice(entry & 0xff, tls_offset);
-  if (QM_LIKELY(((uintptr_t)ptr - span_start) * magic < magic)) {
-    free_small_hardened(ptr, pagemap_entry_class(entry), span_start, size, sized, call);
+  if (QM_LIKELY(at_object)) {
+    free_small_hardened(ptr, pagemap_entry_class(entry), size, sized, call);
     return;
   }
   free_hardened_slow(ptr, size, sized, call);

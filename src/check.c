@@ -28,8 +28,9 @@ void check_init(void) {
   /* Bit 63 set: keys of user-space objects are negative, so a link overwritten with a user-space
    * address decodes negative (freelist_take). Bit 0 set: a zeroed word is never a tag. */
   s |= 1 | ((uintptr_t)1 << 63);
-  /* The hardened build's underflow check reads the top 16 bits of a word, the same for the pattern
-   * and every key (harden.h): 47 random bits there (bit 0 set). */
+  /* The hardened build tells an underflow of a block from an overflow of the one before it by the
+   * top 16 bits of a slot's last word, the same for the pattern and every key (harden.h): 47 random
+   * bits there (bit 0 set). */
   if (qm_hardened) s = harden_secret(s);
   freelist_secret = s;
 }
@@ -38,7 +39,10 @@ void check_fail_invalid(const char *call, const void *ptr) { log_fatal("%s: inva
 
 void check_fail_double_free(const char *call, const void *ptr) { log_fatal("%s: double free %p", call, ptr); }
 
-void check_fail_corrupted(const void *obj) { log_fatal("malloc(): corrupted free list (a write after free?) at %p", obj); }
+void check_fail_corrupted(const void *obj) {
+  if (qm_hardened) harden_explain_corrupted(obj); /* a 16-byte slot's tag is where the next block's underflow lands */
+  log_fatal("malloc(): corrupted free list (a write after free?) at %p", obj);
+}
 
 void check_fail_size(const char *call, size_t size, const void *ptr) {
   log_fatal("%s: size %zu does not match the block %p", call, size, ptr);

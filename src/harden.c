@@ -28,11 +28,11 @@ const harden_fill_at_t harden_fill_at = {{SIZECLASS_ROWS(HARDEN_FILL_MID_ROW)}, 
 
 /* ---- the one-line errors of the hardened build (check.c's format) ---------------------------- */
 
-QM_NOINLINE QM_COLD void harden_fail_overflow(const char *call, const void *obj) {
+__attribute__((noreturn)) static QM_NOINLINE QM_COLD void harden_fail_overflow(const char *call, const void *obj) {
   log_fatal("%s: overflow past the end of the block %p", call, obj);
 }
 
-QM_NOINLINE QM_COLD void harden_fail_underflow(const char *call, const void *obj) {
+__attribute__((noreturn)) static QM_NOINLINE QM_COLD void harden_fail_underflow(const char *call, const void *obj) {
   log_fatal("%s: underflow (the bytes before the block were overwritten) %p", call, obj);
 }
 
@@ -40,13 +40,65 @@ QM_NOINLINE QM_COLD void harden_fail_write_after_free(const char *call, const vo
   log_fatal("%s: write after free %p", call, obj);
 }
 
-QM_NOINLINE QM_COLD void *harden_fail_handout(void *obj) { harden_fail_write_after_free("malloc()", obj); }
+/* The block after obj in obj's span (NULL if obj is its last slot: whatever follows is another
+ * span's, or none), for the errors below; *slot: obj's slot size. */
+static const void *harden_next_block(const void *obj, size_t *slot) {
+  uintptr_t entry = pagemap_small_of((uintptr_t)obj);
+  unsigned cls = pagemap_entry_class(entry);
+  *slot = sizeclass_size[cls];
+  uintptr_t next = (uintptr_t)obj + *slot, end = pagemap_entry_span_start(entry) + (uintptr_t)sizeclass_span_objects[cls] * *slot;
+  return entry != 0 && next < end ? (const void *)next : NULL;
+}
+
+/* Whether last word w of a slot, whose low byte should be `low`, has its top 16 bits
+ * (HARDEN_WORD_TOP in every word a last word holds) and its low byte as they should be. */
+static bool harden_top_intact(uint64_t w) { return w >> 48 == HARDEN_WORD_TOP; }
+static bool harden_low_intact(uint64_t w, uint8_t low) { return (uint8_t)w == low; }
+
+QM_NOINLINE QM_COLD void harden_fail_tail(const char *call, const void *obj) {
+  size_t slot;
+  const void *next = harden_next_block(obj, &slot);
+  uint64_t w = *(const uint64_t *)(const void *)((const char *)obj + slot - 8);
+  /* A record's low byte is its key's (n << 8 leaves it alone). */
+  bool top = harden_top_intact(w), low = harden_low_intact(w, (uint8_t)freelist_key(obj));
+  if (next != NULL && !top && low) harden_fail_underflow(call, next);
+  /* The whole word: an 8-byte overflow that reaches the record and an 8-byte underflow of the next
+   * block write the same bytes. */
+  if (next != NULL && !top && !low)
+    log_fatal("%s: overflow past the end of the block, or underflow of the block after it %p", call, obj);
+  harden_fail_overflow(call, obj);
+}
+
+QM_NOINLINE QM_COLD void harden_fail_free_block(const char *call, const void *obj) {
+  size_t slot;
+  const void *next = harden_next_block(obj, &slot);
+  /* The last word (in 16-byte slots the free tag, whose low byte is the key's), and whether the
+   * fill before it, from byte 16, is intact (the first two words are the pop's and the leaving
+   * block's to check). */
+  uint64_t w = ((const uint64_t *)obj)[slot / 8 - 1];
+  uint8_t low = slot <= 16 ? (uint8_t)freelist_key(obj) : HARDEN_PATTERN;
+  bool fill_intact = true;
+  for (size_t at = 16; at < HARDEN_FILL_END && at < slot - 8; at++) fill_intact &= ((const uint8_t *)obj)[at] == HARDEN_PATTERN;
+  if (next != NULL && fill_intact && harden_low_intact(w, low) && !harden_top_intact(w)) harden_fail_underflow(call, next);
+  harden_fail_write_after_free(call, obj);
+}
+
+QM_NOINLINE QM_COLD void *harden_fail_handout(void *obj) { harden_fail_free_block("malloc()", obj); }
+
+void harden_explain_corrupted(const void *obj) {
+  size_t slot;
+  const void *next = harden_next_block(obj, &slot);
+  uintptr_t key = freelist_key(obj);
+  uint64_t w = ((const uint64_t *)obj)[1], link = ((const uint64_t *)obj)[0] ^ key;
+  /* The tag's top bits changed, its low byte not, and the link is sound: not a link overwritten. */
+  if (slot == 16 && next != NULL && !harden_top_intact(w) && harden_low_intact(w, (uint8_t)key) && (int64_t)link >= 0)
+    harden_fail_underflow("malloc()", next);
+}
 
 QM_NOINLINE QM_COLD void harden_reject(harden_defect_t defect, const char *call, const void *obj, size_t size) {
   switch (defect) {
   case HARDEN_DOUBLE_FREE: check_fail_double_free(call, obj);
-  case HARDEN_OVERFLOW: harden_fail_overflow(call, obj);
-  case HARDEN_UNDERFLOW: harden_fail_underflow(call, obj);
+  case HARDEN_DAMAGED_TAIL: harden_fail_tail(call, obj);
   case HARDEN_WRONG_SIZE: check_fail_size(call, size, obj);
   case HARDEN_WRITE_AFTER_FREE: harden_fail_write_after_free(call, obj);
   }
@@ -58,7 +110,7 @@ QM_NOINLINE QM_COLD void harden_reject(harden_defect_t defect, const char *call,
 size_t harden_request_size(void *obj, unsigned cls, const char *call) {
   if (freelist_tagged(obj, freelist_key(obj))) check_fail_invalid(call, obj); /* freed: in a quarantine or a list */
   size_t n;
-  if (!harden_tail_intact(obj, sizeclass_size[cls], &n)) harden_fail_overflow(call, obj);
+  if (!harden_tail_intact(obj, sizeclass_size[cls], &n)) harden_fail_tail(call, obj);
   return n;
 }
 
@@ -68,7 +120,7 @@ size_t harden_request_size(void *obj, unsigned cls, const char *call) {
 void harden_resize(void *obj, unsigned cls, size_t n) {
   size_t slot = sizeclass_size[cls], record = slot - 8, end = n + HARDEN_CANARY_LEN < record ? n + HARDEN_CANARY_LEN : record;
   memset((char *)obj + n, HARDEN_PATTERN, end - n);
-  __atomic_store_n(harden_last_word(obj, slot), harden_record(obj, n), __ATOMIC_RELAXED);
+  *harden_last_word(obj, slot) = harden_record(obj, n);
 }
 
 /* ---- the quarantine's slow half: its byte bound, trim, thread exit ---------------------------- */
@@ -156,8 +208,9 @@ __attribute__((destructor)) static void harden_check_at_exit(void) {
     for (uint32_t i = 0; i < rings[k]->count; i++) {
       void *obj = rings[k]->blocks[i];
       unsigned cls = rings[k]->classes[i];
-      if (!harden_leaving_intact(obj) || !freelist_tagged(obj, freelist_key(obj)) || !harden_holds_fill(obj, cls))
-        harden_fail_write_after_free("exit()", obj);
+      bool tagged = freelist_tagged(obj, freelist_key(obj));
+      if (!harden_leaving_intact(obj) || (sizeclass_size[cls] > 16 && !tagged)) harden_fail_write_after_free("exit()", obj);
+      if (!tagged || !harden_holds_fill(obj, cls)) harden_fail_free_block("exit()", obj); /* (a 16-byte slot's tag is its last word) */
     }
   }
 }

@@ -9,11 +9,13 @@
  *   [S - 8, S)    the record: harden_record(obj, n), so that free knows n (and a damaged record
  *                 is seen: it names a size past the record, or one whose canary bytes are the
  *                 program's, not the pattern; so with n = S - 8 the record is the canary).
+ *                 It is also the guard before the next slot: an underflow of the block there
+ *                 overwrites it from its top byte down, which this block's own checks find.
  * A free small block (quarantined, in a list, or never handed out) holds HARDEN_PATTERN in bytes 16
  * to HARDEN_FILL_END (to its end if smaller) and in its last word, checked when it is handed out
- * again (writes after free); bytes 0..16 are the free tag (word 1 = key, freelist.h) and the link,
- * or in quarantine the free tag in both words, checked when it leaves (word 0; the tag by the pop that
- * hands it out, as any free block's).
+ * again (writes after free, and the next block's underflows); bytes 0..16 are the free tag (word 1
+ * = key, freelist.h) and the link, or in quarantine the free tag in both words, checked when it
+ * leaves (word 0; the tag by the pop that hands it out, as any free block's).
  * Does not: decide anything in the default build (its callers test qm_hardened, a constant), reach
  * the thread cache's lists (api.c pops and pushes), or handle large, zero-size or foreign pointers
  * (api.c's slow halves, harden.c). Callers: api.c (malloc_hardened, free_hardened and the slow
@@ -98,21 +100,30 @@ typedef struct harden_thread_s {
 extern __thread harden_thread_t harden_self __attribute__((tls_model("initial-exec"), visibility("hidden")));
 
 /* The one-line errors of the hardened build (check.c's format), in harden.c. */
-__attribute__((noreturn)) QM_COLD void harden_fail_overflow(const char *call, const void *obj);
-__attribute__((noreturn)) QM_COLD void harden_fail_underflow(const char *call, const void *obj);
 __attribute__((noreturn)) QM_COLD void harden_fail_write_after_free(const char *call, const void *obj);
-/* malloc's "write after free", declared as returning the block so that the hand-out reaches it
- * with a jump: with a second call that does not return (the pop's corrupted list), GCC set up a
- * stack frame on malloc's common path (2 instructions a pair, make fastpath). It never returns. */
+/* A live block whose record or canary is damaged (its free, realloc, malloc_usable_size): an
+ * overflow past its end, or an underflow of the block after it, which lands in its last word (the
+ * record) first. Which one the damage shows: the record's top 16 bits (HARDEN_WORD_TOP in every
+ * record) changed and its low byte not, the block after underflowed (named); the low byte or the
+ * canary changed and the top bits not, obj overflowed; the whole word changed, either. */
+__attribute__((noreturn)) QM_COLD void harden_fail_tail(const char *call, const void *obj);
+/* A free block whose fill or free tag is damaged (its hand-out, the exit check): a write after free,
+ * or, when only the last word's top bits changed, an underflow of the block after it (named). */
+__attribute__((noreturn)) QM_COLD void harden_fail_free_block(const char *call, const void *obj);
+/* malloc's check of the fill, failed: harden_fail_free_block("malloc()", obj), declared as
+ * returning the block so that the hand-out reaches it with a jump: with a second call that does not
+ * return (the pop's corrupted list), GCC set up a stack frame on malloc's common path (2
+ * instructions a pair, make fastpath). It never returns. */
 QM_COLD void *harden_fail_handout(void *obj);
+/* check_fail_corrupted's question in this build: whether a 16-byte slot's damaged free tag (its last
+ * word) is an underflow of the block after it; if so it says so and does not return. */
+void harden_explain_corrupted(const void *obj);
 /* The free's defects, and the one call that reports them (the functions above, check.c's double
  * free and wrong size), declared as returning for the same reason: each check of the hardened free
  * calls it last on a path that then returns, so that it is a jump, and the free sets up no stack
  * frame (with calls that do not return, it did: 2 instructions a pair, make fastpath). It never
  * returns. */
-typedef enum {
-  HARDEN_DOUBLE_FREE, HARDEN_OVERFLOW, HARDEN_UNDERFLOW, HARDEN_WRONG_SIZE, HARDEN_WRITE_AFTER_FREE
-} harden_defect_t;
+typedef enum { HARDEN_DOUBLE_FREE, HARDEN_DAMAGED_TAIL, HARDEN_WRONG_SIZE, HARDEN_WRITE_AFTER_FREE } harden_defect_t;
 QM_COLD void harden_reject(harden_defect_t defect, const char *call, const void *obj, size_t size);
 
 /* 16 bytes of the pattern: the fill and its check go 16 bytes at a time (SSE2 on x86-64, NEON on
@@ -206,8 +217,7 @@ QM_INLINE bool harden_canary_intact(const void *obj, size_t n, size_t slot) {
 QM_INLINE void harden_write_tail(void *obj, size_t slot, size_t n) {
   if (slot <= 16) *(uint64_t *)obj = HARDEN_PATTERN_WORD; /* word 1 is the record */
   else *(harden_uvec_t *)(void *)((char *)obj + harden_canary_at(n, slot)) = HARDEN_PATTERN_VEC;
-  /* one store: another thread's underflow check may read it (harden_before_intact) */
-  __atomic_store_n(harden_last_word(obj, slot), harden_record(obj, n), __ATOMIC_RELAXED);
+  *harden_last_word(obj, slot) = harden_record(obj, n);
 }
 
 /* Hands out obj (just popped, of class cls) for a request of n bytes: its fill must be intact
@@ -230,50 +240,37 @@ QM_INLINE bool harden_tail_intact(const void *obj, size_t slot, size_t *n) {
 /* The top 16 bits of every word the last word of a small slot can hold, live or free: the
  * pattern's (0xa5a5...), and so, in this build, the secret's (harden_secret), which makes them
  * every key's (an address's top 16 bits are 0), every free tag's and every record's (key ^ n << 8,
- * n < 2^40). */
+ * n < 2^40). An underflow of the next block overwrites them first (the word's top byte is the
+ * byte just before that block), an overflow of this one last: that is how a damaged last word
+ * tells the two apart (harden_fail_tail). */
 #define HARDEN_WORD_TOP ((uint64_t)0xa5a5)
 /* The secret as this build uses it: its top 16 bits HARDEN_WORD_TOP, 47 random ones below (check.c
  * draws it). Bit 63 stays set (0xa5), as freelist_take's sign test needs. */
 QM_INLINE uintptr_t harden_secret(uintptr_t drawn) { return (drawn & (((uint64_t)1 << 48) - 1)) | (HARDEN_WORD_TOP << 48); }
 
-/* Whether the last word of the slot before obj (span_start: the first slot of obj's span) is one a
- * slot holds: a record (that block is live), the pattern (free, of 32 bytes or more), a free tag
- * (free, of 16 bytes), or 0 in 16-byte slots (the moment between a pop and the record's store).
- * They share their top 16 bits (HARDEN_WORD_TOP), which an underflow of obj (its bytes run from
- * the top byte of that word down) overwrites first: one compare, the same whether the block before
- * is live or free. (It decoded the record when the word was not the pattern: whether the block
- * before is live or free is as random as the program's order of frees, and that branch was
- * mispredicted 87 k times in 400 k operations of t-test1 --max-size 64, cachegrind's branch
- * simulation; 7 instructions more when live.) A 1-byte underflow is missed only if it writes
- * 0xa5, one of 2 or more bytes only if it writes 0xa5a5 at the top; the bits below are not looked
- * at (the block before checks its own record when it is freed). */
-QM_INLINE bool harden_before_intact(void *obj, size_t slot, uintptr_t span_start) {
-  uintptr_t addr = (uintptr_t)obj;
-  if (addr == span_start) return true; /* no slot before: the bytes there may not be mapped */
-  /* The word's top 16 bits alone, in one load (the word is loaded again on the cold path): its
-   * last 2 bytes on a little-endian machine, its first 2 on a big-endian one. */
-  const uint16_t *top = (const uint16_t *)(addr - (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? 2 : 8));
-  if (QM_LIKELY(__atomic_load_n(top, __ATOMIC_RELAXED) == HARDEN_WORD_TOP)) return true;
-  return slot == 16 && __atomic_load_n((const uintptr_t *)(addr - 8), __ATOMIC_RELAXED) == 0;
-}
-
-/* The free of small block obj of class cls (span_start: its span's first slot): not free already
- * (the free tag: in a list or in a quarantine), its record and canary intact, the slot before it
- * sane, the size of a sized free its request size; else false, the defect reported (harden_reject,
- * which does not return: the caller's return after it makes the report a jump). Then it takes its
- * free tag, in word 0 too, and the fill: so that the block leaves the quarantine for a list with
- * only its link to write and word 0 to check (harden_leaving_intact; with a quarantine tag of its
- * own, ~key in word 0, the leaving block's check of both words, the push's test of the tag and its
- * store cost 14 instructions a pair more, make fastpath). Plain loads and stores: two threads
- * freeing one block at the same instant may both pass, and the second of them to let it leave its
- * quarantine finds word 0 changed ("free(): write after free"). */
-QM_INLINE bool harden_retire(void *obj, unsigned cls, uintptr_t span_start, bool sized, size_t size, const char *call) {
+/* The free of small block obj of class cls: not free already (the free tag: in a list or in a
+ * quarantine), its record and canary intact, the size of a sized free its request size; else false,
+ * the defect reported (harden_reject, which does not return: the caller's return after it makes the
+ * report a jump). Then it takes its free tag, in word 0 too, and the fill: so that the block leaves
+ * the quarantine for a list with only its link to write and word 0 to check
+ * (harden_leaving_intact; with a quarantine tag of its own, ~key in word 0, the leaving block's
+ * check of both words, the push's test of the tag and its store cost 14 instructions a pair more,
+ * make fastpath). Plain loads and stores: two threads freeing one block at the same instant may
+ * both pass, and the second of them to let it leave its quarantine finds word 0 changed ("free():
+ * write after free").
+ * It reads nothing of the slot before obj: an underflow of obj lands in that slot's last word, which
+ * that block's own checks find (its free, its hand-out, the exit check; harden_fail_tail and
+ * harden_fail_free_block name obj as the block that underflowed). Reading it here, the free read a
+ * line that another thread writes whenever its block is the one before (two threads' blocks share
+ * spans), and a line no other part of the free touches in slots of 64 bytes and more: 9
+ * instructions a pair, and 0.974 of the time on mtbench's quick preset (docs/hardening.md,
+ * "Underflows"). */
+QM_INLINE bool harden_retire(void *obj, unsigned cls, bool sized, size_t size, const char *call) {
   uintptr_t *words = (uintptr_t *)obj, key = freelist_key(obj);
   harden_defect_t defect;
   size_t slot = sizeclass_size[cls], n;
   if (QM_UNLIKELY(words[1] == key)) defect = HARDEN_DOUBLE_FREE;
-  else if (!harden_tail_intact(obj, slot, &n)) defect = HARDEN_OVERFLOW;
-  else if (QM_UNLIKELY(!harden_before_intact(obj, slot, span_start))) defect = HARDEN_UNDERFLOW;
+  else if (!harden_tail_intact(obj, slot, &n)) defect = HARDEN_DAMAGED_TAIL;
   else if (QM_UNLIKELY(sized && size != n)) defect = HARDEN_WRONG_SIZE;
   else {
     words[1] = key;

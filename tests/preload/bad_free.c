@@ -78,25 +78,25 @@ static size_t underflow_size(const char *mode) {
 }
 
 /* A block whose slot follows another block of the same batch directly (the one before it is live):
- * a write before it lands in that block's last bytes. Never a block at an 8 KiB boundary: that
- * may be its span's first slot, with the live block at the end of the span before, and nothing
- * checks across spans (1 run in 100 picked one). NULL if none of `count` blocks qualifies. */
+ * a write before it lands in that block's last bytes, which that block's checks read. Slots are
+ * handed out in random order (the hardened build), so the pair is the closest one of `count` blocks
+ * (at most 256): enough that two of them are neighbours (the closest pair's distance is then the
+ * slot size) except with a negligible chance. Never a block at an 8 KiB boundary: that may be its
+ * span's first slot, with the block before it at the end of another span, which the report does not
+ * name (1 run in 100 picked one). NULL if none qualifies. */
 static char *block_after_live_block(size_t size, int count, char **before) {
-  char *blocks[64];
+  static char *blocks[256];
   for (int i = 0; i < count; i++) blocks[i] = malloc(size);
+  char *best = NULL;
+  size_t best_distance = SIZE_MAX;
   for (int i = 0; i < count; i++)
     for (int j = 0; j < count; j++)
-      if (((uintptr_t)blocks[i] & 8191) != 0 && blocks[j] < blocks[i] && (size_t)(blocks[i] - blocks[j]) < 2 * size + 64 &&
-          (size_t)(blocks[i] - blocks[j]) >= size) {
-        /* the nearest lower block: nothing of the batch between them */
-        int between = 0;
-        for (int k = 0; k < count; k++) between |= blocks[k] > blocks[j] && blocks[k] < blocks[i];
-        if (!between) {
-          if (before) *before = blocks[j];
-          return blocks[i];
-        }
+      if (((uintptr_t)blocks[i] & 8191) != 0 && blocks[j] < blocks[i] && (size_t)(blocks[i] - blocks[j]) < best_distance) {
+        best_distance = (size_t)(blocks[i] - blocks[j]);
+        best = blocks[i];
+        if (before) *before = blocks[j];
       }
-  return NULL;
+  return best;
 }
 
 static void on_fault(int sig, siginfo_t *info, void *context) {
@@ -315,18 +315,29 @@ int main(int argc, char **argv) {
     ((volatile char *)launder(q))[600] = 'x';
     free(q);
   } else if (starts(mode, "underflow1_") || starts(mode, "underflow8_")) { /* before the block */
-    /* underflowK_free_*: the block before is freed first (in the hardened build its last word is
-     * then the pattern, or in 16-byte slots its free tag, instead of its record) */
+    /* The bytes before p are the last word of the block before it (its record; the pattern, or in
+     * 16-byte slots its free tag, once freed), which that block's own checks read: its free
+     * (underflowK_*), its hand-out (underflowK_free_*: freed before, then its class reused),
+     * realloc (underflow1_realloc), the exit check of the quarantine (underflow1_exit). One byte
+     * changes the word's top byte alone, and the report names p; eight change all of it, which
+     * an overflow of the block before (or a write after free) would do too, and the report names
+     * that block: announced here is the block the report must name. */
     size_t size = underflow_size(mode), k = mode[9] == '1' ? 1 : 8;
-    char *before = NULL, *p = block_after_live_block(size, size > 1000 ? 8 : 32, &before);
+    char *before = NULL, *p = block_after_live_block(size, size > 1000 ? 8 : 256, &before);
     if (p == NULL) {
       fprintf(stderr, "bad_free: no block with a live block just before it\n");
       return 4;
     }
-    if (starts(mode + 11, "free_")) free(before);
-    announce(p);
+    bool freed_before = starts(mode + 11, "free_") || starts(mode + 11, "exit");
+    if (freed_before) free(before);
+    announce(k == 1 ? p : before);
     memset((char *)launder(p) - k, 'x', k);
     free(p);
+    if (starts(mode + 11, "realloc")) before = realloc(launder(before), 2 * size); /* moves: a larger class */
+    else if (!freed_before) free(before);
+    else if (starts(mode + 11, "free_"))
+      for (int i = 0; i < 20000; i++) free(malloc(size)); /* until the block before leaves the quarantine and is handed out */
+    /* underflow1_exit: the block before is still in the quarantine (not full yet), checked at exit */
   } else if (starts(mode, "uaf_write_")) { /* write after free, then the block's class is reused */
     /* Past the free tag's 16 bytes, inside the hardened build's fill (bytes 16 to 64 and the last
      * word of a freed block: docs/hardening.md); for large blocks anywhere, here 48. */
@@ -355,7 +366,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bad_free: unknown mode '%s' (expected valid, stack, static, mmap, interior, interior_large, "
                     "realloc_stack, realloc_interior, realloc_freed, realloc_freed_move, usable_freed, usable_interior, double, double_large, double_later, later_|remote_|slot_free_|"
                     "slot_new_|overflow1_|overflow8_|underflow1_|underflow8_|uaf_write_|uaf_read_ + small|medium|large "
-                    "(overflow: also smallfit|mediumfit), overflow_shrunk, "
+                    "(overflow: also smallfit|mediumfit; underflow: also tiny, free_ + small|medium|tiny), underflow1_realloc, "
+                    "underflow1_exit, overflow_shrunk, quarantine_new_thread, "
                     "slot_uncarved, sized_wrong, sized_wrong_large, delete_array, corrupt_link, zero_read, zero_write)\n", mode);
     return 2;
   }

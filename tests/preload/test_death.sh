@@ -184,20 +184,37 @@ common_cases
 
 # The hardened build's own classes.
 OV='^qmalloc: free\(\): overflow past the end of the block 0x[0-9a-f]+$'
-UN='^qmalloc: free\(\): underflow \(the bytes before the block were overwritten\) 0x[0-9a-f]+$'
+# An underflow lands in the last word of the block before, which that block's checks find: its free,
+# its hand-out once freed and reused, realloc, the exit check. One byte leaves the word's low byte as
+# it was, and the report names the block that underflowed; eight overwrite the whole word, as an
+# 8-byte overflow of the block before reaching its record (no canary) does, and the report names the
+# block before (bad_free announces the block the report must name).
+un() { echo "^qmalloc: $1\\(\\): underflow \\(the bytes before the block were overwritten\\) 0x[0-9a-f]+\$"; }
+EITHER='^qmalloc: free\(\): overflow past the end of the block, or underflow of the block after it 0x[0-9a-f]+$'
 WAF='^qmalloc: malloc\(\): write after free 0x[0-9a-f]+$'
+CORRUPT='^qmalloc: malloc\(\): corrupted free list \(a write after free\?\) at 0x[0-9a-f]+$'
+for sz in small medium tiny; do
+  expect_line underflow1_$sz "$(un free)" "1-byte underflow before a block, then the live block before it freed ($sz)"
+  expect_line underflow1_free_$sz "$(un malloc)" "1-byte underflow before a block whose neighbour was freed, then its class reused ($sz)"
+  expect_line underflow8_$sz "$EITHER" "8-byte underflow before a block, then the live block before it freed ($sz)"
+done
+for sz in small medium; do
+  expect_line underflow8_free_$sz "$WAF" "8-byte underflow before a block whose neighbour was freed, then its class reused ($sz)"
+done
+expect_line underflow8_free_tiny "$CORRUPT" "8-byte underflow before an 8-byte block whose neighbour was freed (its free tag), then reused"
+expect_line underflow1_realloc "$(un realloc)" "1-byte underflow before a block, then realloc of the live block before it"
+expect_line underflow1_exit "$(un exit)" "1-byte underflow before a block whose neighbour is in the quarantine at exit"
 for k in 1 8; do
   for sz in small medium; do
     expect_line overflow${k}_$sz "$OV" "$k-byte overflow past malloc's size ($sz)"
-    expect_line underflow${k}_$sz "$UN" "$k-byte underflow before a block ($sz)"
-    expect_line underflow${k}_free_$sz "$UN" "$k-byte underflow before a block whose neighbour was freed ($sz)"
   done
-  expect_line underflow${k}_tiny "$UN" "$k-byte underflow before an 8-byte block (16-byte slots)"
-  expect_line underflow${k}_free_tiny "$UN" "$k-byte underflow before an 8-byte block whose neighbour was freed"
   expect_fault overflow${k}_large "$k-byte overflow past a 1 MiB block: its guard page"
-  for sz in smallfit mediumfit; do
-    expect_line overflow${k}_$sz "$OV" "$k-byte overflow past a request that reaches its record ($sz: no canary bytes)"
-  done
+done
+for sz in smallfit mediumfit; do
+  expect_line overflow1_$sz "$OV" "1-byte overflow past a request that reaches its record ($sz: no canary bytes)"
+  # (the plain overflow when the block is its span's last: nothing after it to have underflowed)
+  expect_line overflow8_$sz "^qmalloc: free\\(\\): overflow past the end of the block(, or underflow of the block after it)? 0x[0-9a-f]+\$" \
+    "8-byte overflow past a request that reaches its record ($sz: no canary bytes)"
 done
 # A new thread's quarantine holds its first frees (its ring read "next slot 0" and let the first go
 # at the second free).
