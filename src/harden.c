@@ -40,46 +40,47 @@ QM_NOINLINE QM_COLD void harden_fail_write_after_free(const char *call, const vo
   log_fatal("%s: write after free %p", call, obj);
 }
 
-/* The block after obj in obj's span (NULL if obj is its last slot: whatever follows is another
- * span's, or none), for the errors below; *slot: obj's slot size. */
-static const void *harden_next_block(const void *obj, size_t *slot) {
+/* For the errors below: the block after obj in obj's span (NULL if obj is its last slot: whatever
+ * follows is another span's, or none), obj's slot size in *slot and its slot's last word in *last. */
+static const void *harden_next_block(const void *obj, size_t *slot, uint64_t *last) {
   uintptr_t entry = pagemap_small_of((uintptr_t)obj);
   unsigned cls = pagemap_entry_class(entry);
   *slot = sizeclass_size[cls];
+  *last = *(const uint64_t *)(const void *)((const char *)obj + *slot - 8);
   uintptr_t next = (uintptr_t)obj + *slot, end = pagemap_entry_span_start(entry) + (uintptr_t)sizeclass_span_objects[cls] * *slot;
   return entry != 0 && next < end ? (const void *)next : NULL;
 }
 
-/* Whether last word w of a slot, whose low byte should be `low`, has its top 16 bits
- * (HARDEN_WORD_TOP in every word a last word holds) and its low byte as they should be. */
+/* Whether a slot's damaged last word w, whose low byte should be `low`, is an underflow of the
+ * block after it: its top 16 bits (HARDEN_WORD_TOP in every word a last word holds), which that
+ * underflow writes first, changed, and its low byte, which it writes last, not. */
 static bool harden_top_intact(uint64_t w) { return w >> 48 == HARDEN_WORD_TOP; }
-static bool harden_low_intact(uint64_t w, uint8_t low) { return (uint8_t)w == low; }
+static bool harden_underflow_shape(uint64_t w, uint8_t low) { return !harden_top_intact(w) && (uint8_t)w == low; }
 
 QM_NOINLINE QM_COLD void harden_fail_tail(const char *call, const void *obj) {
   size_t slot;
-  const void *next = harden_next_block(obj, &slot);
-  uint64_t w = *(const uint64_t *)(const void *)((const char *)obj + slot - 8);
+  uint64_t w;
+  const void *next = harden_next_block(obj, &slot, &w);
   /* A record's low byte is its key's (n << 8 leaves it alone). */
-  bool top = harden_top_intact(w), low = harden_low_intact(w, (uint8_t)freelist_key(obj));
-  if (next != NULL && !top && low) harden_fail_underflow(call, next);
+  if (next != NULL && harden_underflow_shape(w, (uint8_t)freelist_key(obj))) harden_fail_underflow(call, next);
   /* The whole word: an 8-byte overflow that reaches the record and an 8-byte underflow of the next
    * block write the same bytes. */
-  if (next != NULL && !top && !low)
+  if (next != NULL && !harden_top_intact(w))
     log_fatal("%s: overflow past the end of the block, or underflow of the block after it %p", call, obj);
   harden_fail_overflow(call, obj);
 }
 
 QM_NOINLINE QM_COLD void harden_fail_free_block(const char *call, const void *obj) {
   size_t slot;
-  const void *next = harden_next_block(obj, &slot);
-  /* The last word (in 16-byte slots the free tag, whose low byte is the key's), and whether the
-   * fill before it, from byte 16, is intact (the first two words are the pop's and the leaving
-   * block's to check). */
-  uint64_t w = ((const uint64_t *)obj)[slot / 8 - 1];
-  uint8_t low = slot <= 16 ? (uint8_t)freelist_key(obj) : HARDEN_PATTERN;
+  uint64_t w;
+  const void *next = harden_next_block(obj, &slot, &w);
+  /* The last word (in 16-byte slots the free tag, whose low byte is the key's) changed as an
+   * underflow changes it, and the fill before it, from byte 16, intact (the first two words are the
+   * pop's and the leaving block's to check). */
   bool fill_intact = true;
   for (size_t at = 16; at < HARDEN_FILL_END && at < slot - 8; at++) fill_intact &= ((const uint8_t *)obj)[at] == HARDEN_PATTERN;
-  if (next != NULL && fill_intact && harden_low_intact(w, low) && !harden_top_intact(w)) harden_fail_underflow(call, next);
+  uint8_t low = slot <= 16 ? (uint8_t)freelist_key(obj) : HARDEN_PATTERN;
+  if (next != NULL && fill_intact && harden_underflow_shape(w, low)) harden_fail_underflow(call, next);
   harden_fail_write_after_free(call, obj);
 }
 
@@ -87,11 +88,11 @@ QM_NOINLINE QM_COLD void *harden_fail_handout(void *obj) { harden_fail_free_bloc
 
 void harden_explain_corrupted(const void *obj) {
   size_t slot;
-  const void *next = harden_next_block(obj, &slot);
+  uint64_t w;
+  const void *next = harden_next_block(obj, &slot, &w);
   uintptr_t key = freelist_key(obj);
-  uint64_t w = ((const uint64_t *)obj)[1], link = ((const uint64_t *)obj)[0] ^ key;
-  /* The tag's top bits changed, its low byte not, and the link is sound: not a link overwritten. */
-  if (slot == 16 && next != NULL && !harden_top_intact(w) && harden_low_intact(w, (uint8_t)key) && (int64_t)link >= 0)
+  /* A 16-byte slot's last word is its tag; the link sound: not a link overwritten. */
+  if (slot == 16 && next != NULL && harden_underflow_shape(w, (uint8_t)key) && (int64_t)(((const uint64_t *)obj)[0] ^ key) >= 0)
     harden_fail_underflow("malloc()", next);
 }
 
@@ -208,9 +209,9 @@ __attribute__((destructor)) static void harden_check_at_exit(void) {
     for (uint32_t i = 0; i < rings[k]->count; i++) {
       void *obj = rings[k]->blocks[i];
       unsigned cls = rings[k]->classes[i];
-      bool tagged = freelist_tagged(obj, freelist_key(obj));
-      if (!harden_leaving_intact(obj) || (sizeclass_size[cls] > 16 && !tagged)) harden_fail_write_after_free("exit()", obj);
-      if (!tagged || !harden_holds_fill(obj, cls)) harden_fail_free_block("exit()", obj); /* (a 16-byte slot's tag is its last word) */
+      if (!harden_leaving_intact(obj)) harden_fail_write_after_free("exit()", obj);
+      /* (a 16-byte slot's tag is its last word: an underflow of the next block can land there) */
+      if (!freelist_tagged(obj, freelist_key(obj)) || !harden_holds_fill(obj, cls)) harden_fail_free_block("exit()", obj);
     }
   }
 }
