@@ -150,8 +150,9 @@ static void central_nonempty_remove(central_t *c, span_t *span) {
 /* Objects of fewer than 16 bytes have no room for a free tag (freelist.h): plain links. */
 static bool central_tagged(unsigned cls) { return sizeclass_size[cls] >= 16; }
 
-static void *central_next(unsigned cls, const void *obj) {
-  return central_tagged(cls) ? freelist_next(obj) : *(void *const *)obj;
+/* The next object of a chain, its tag and link checked (freelist.h); call: who finds a damaged one. */
+static void *central_next(unsigned cls, const void *obj, const char *call) {
+  return central_tagged(cls) ? freelist_next_checked(obj, call) : *(void *const *)obj;
 }
 
 static void central_link(unsigned cls, void *obj, void *next) {
@@ -263,7 +264,7 @@ unsigned central_remove(unsigned cls, void **head, unsigned want) {
       span->u.small.allocated++;
       got++;
       prev = obj;
-      obj = central_next(cls, obj);
+      obj = central_next(cls, obj, "malloc()");
     }
     last = prev;
     span->u.small.freelist = obj;
@@ -284,7 +285,7 @@ unsigned central_remove(unsigned cls, void **head, unsigned want) {
 static void central_insert_spans(central_t *c, unsigned cls, void *chain, span_t **emptied) {
   while (chain != NULL) {
     void *obj = chain;
-    chain = central_next(cls, obj);
+    chain = central_next(cls, obj, "free()");
     span_t *span = pagemap_span((uintptr_t)obj);
     if (span == NULL || span->state != SPAN_SMALL || span->sizeclass != cls)
       check_fail("free(): heap corruption (object in the wrong list)", obj);

@@ -39,9 +39,9 @@ void check_fail_invalid(const char *call, const void *ptr) { log_fatal("%s: inva
 
 void check_fail_double_free(const char *call, const void *ptr) { log_fatal("%s: double free %p", call, ptr); }
 
-void check_fail_corrupted(const void *obj) {
-  if (qm_hardened) harden_explain_corrupted(obj); /* a 16-byte slot's tag is where the next block's underflow lands */
-  log_fatal("malloc(): corrupted free list (a write after free?) at %p", obj);
+void check_fail_corrupted(const char *call, const void *obj) {
+  if (qm_hardened) harden_explain_corrupted(call, obj); /* a 16-byte slot's tag is where the next block's underflow lands */
+  log_fatal("%s: corrupted free list (a write after free?) at %p", call, obj);
 }
 
 void check_fail_size(const char *call, size_t size, const void *ptr) {

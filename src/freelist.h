@@ -28,7 +28,7 @@
 
 extern uintptr_t freelist_secret __attribute__((visibility("hidden"))); /* written once by check_init, before any object exists */
 
-__attribute__((noreturn)) QM_COLD void check_fail_corrupted(const void *obj);
+__attribute__((noreturn)) QM_COLD void check_fail_corrupted(const char *call, const void *obj);
 
 QM_INLINE uintptr_t freelist_key(const void *obj) { return (uintptr_t)obj ^ freelist_secret; }
 
@@ -57,8 +57,23 @@ QM_INLINE void *freelist_take(void *obj) {
   intptr_t next;
   /* The tag before the link: the decoding XOR then consumes the key in its register (no copy). */
   if (QM_UNLIKELY(!freelist_tagged(obj, key) || (next = (intptr_t)(((uintptr_t *)obj)[0] ^ key)) < 0))
-    check_fail_corrupted(obj);
+    check_fail_corrupted("malloc()", obj);
   ((uintptr_t *)obj)[1] = 0;
+  return (void *)next;
+}
+
+/* The next object after free obj, checked as a pop checks the object it hands out, for the chains
+ * the central lists walk (central.c): a chain going back to its spans, which is how lists leave a
+ * thread cache besides pops (a flush, a collection, a thread's exit, an idle cache taken back,
+ * malloc_trim), and a span's own list as a refill takes from it. Unchecked, a write after free
+ * there went unseen: a lost tag was written again, and a link overwritten with the address of a
+ * live block of the class put that block on its span's list, to be handed out twice. call names
+ * the side it is found on: free() for a chain frees left, malloc() for a refill. */
+QM_INLINE void *freelist_next_checked(const void *obj, const char *call) {
+  uintptr_t key = freelist_key(obj);
+  intptr_t next;
+  if (QM_UNLIKELY(!freelist_tagged(obj, key) || (next = (intptr_t)(((const uintptr_t *)obj)[0] ^ key)) < 0))
+    check_fail_corrupted(call, obj);
   return (void *)next;
 }
 

@@ -86,14 +86,14 @@ QM_NOINLINE QM_COLD void harden_fail_free_block(const char *call, const void *ob
 
 QM_NOINLINE QM_COLD void *harden_fail_handout(void *obj) { harden_fail_free_block("malloc()", obj); }
 
-void harden_explain_corrupted(const void *obj) {
+void harden_explain_corrupted(const char *call, const void *obj) {
   size_t slot;
   uint64_t w;
   const void *next = harden_next_block(obj, &slot, &w);
   uintptr_t key = freelist_key(obj);
   /* A 16-byte slot's last word is its tag; the link sound: not a link overwritten. */
   if (slot == 16 && next != NULL && harden_underflow_shape(w, (uint8_t)key) && (int64_t)(((const uint64_t *)obj)[0] ^ key) >= 0)
-    harden_fail_underflow("malloc()", next);
+    harden_fail_underflow(call, next);
 }
 
 QM_NOINLINE QM_COLD void harden_reject(harden_defect_t defect, const char *call, const void *obj, size_t size) {

@@ -117,7 +117,7 @@ __attribute__((noreturn)) QM_COLD void harden_fail_free_block(const char *call, 
 QM_COLD void *harden_fail_handout(void *obj);
 /* check_fail_corrupted's question in this build: whether a 16-byte slot's damaged free tag (its last
  * word) is an underflow of the block after it; if so it says so and does not return. */
-void harden_explain_corrupted(const void *obj);
+void harden_explain_corrupted(const char *call, const void *obj);
 /* The free's defects, and the one call that reports them (the functions above, check.c's double
  * free and wrong size), declared as returning for the same reason: each check of the hardened free
  * calls it last on a path that then returns, so that it is a jump, and the free sets up no stack

@@ -285,6 +285,18 @@ int main(int argc, char **argv) {
     p[0] = (void *)static_array; /* a chosen address, as an exploit would write */
     void *a = malloc(64), *b = malloc(64);
     printf("malloc returned %p and %p\n", a, b);
+  } else if (!strcmp(mode, "corrupt_tag_trim") || !strcmp(mode, "corrupt_link_trim")) {
+    /* a write after free over the tag (the second word) or the link of a block that then goes
+     * back to its span with its thread's list, not out through a malloc: malloc_trim(0) flushes
+     * the thread's cache and the central lists */
+    void **p = malloc(64), **live = malloc(64);
+    free(p);
+    announce(p);
+    if (mode[8] == 't') p[1] = 0; /* a field at offset 8, cleared after the free */
+    else p[0] = (void *)live;     /* the address of a live block of the class, as an exploit would write */
+    malloc_trim(0);
+    void *a = malloc(64), *b = malloc(64);
+    printf("not stopped: malloc returned %p and %p, %p is live\n", a, b, (void *)live);
   } else if (starts(mode, "overflow1_") || starts(mode, "overflow8_")) { /* past the requested size */
     size_t size = size_of(mode), k = mode[8] == '1' ? 1 : 8;
     char *p = malloc(size);
@@ -368,7 +380,7 @@ int main(int argc, char **argv) {
                     "slot_new_|overflow1_|overflow8_|underflow1_|underflow8_|uaf_write_|uaf_read_ + small|medium|large "
                     "(overflow: also smallfit|mediumfit; underflow: also tiny, free_ + small|medium|tiny), underflow1_realloc, "
                     "underflow1_exit, overflow_shrunk, quarantine_new_thread, "
-                    "slot_uncarved, sized_wrong, sized_wrong_large, delete_array, corrupt_link, zero_read, zero_write)\n", mode);
+                    "slot_uncarved, sized_wrong, sized_wrong_large, delete_array, corrupt_link, corrupt_tag_trim, corrupt_link_trim, zero_read, zero_write)\n", mode);
     return 2;
   }
   /* Still running: the misuse went unnoticed. */

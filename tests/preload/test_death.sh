@@ -161,6 +161,10 @@ done
 if [[ -z $LABEL ]]; then CL='^qmalloc: malloc\(\): corrupted free list \(a write after free\?\) at 0x[0-9a-f]+$'
 else CL='^qmalloc: (malloc|free|exit)\(\): (corrupted free list \(a write after free\?\) at|write after free) 0x[0-9a-f]+$'; fi
 expect_line corrupt_link "$CL" "link overwritten after free, then malloc"
+# The same found where a list goes back to its spans (here malloc_trim flushes the thread's cache).
+if [[ -z $LABEL ]]; then CT='^qmalloc: free\(\): corrupted free list \(a write after free\?\) at 0x[0-9a-f]+$'; else CT=$CL; fi
+expect_line corrupt_tag_trim "$CT" "tag cleared after free, then malloc_trim"
+expect_line corrupt_link_trim "$CT" "link overwritten after free with a live block's address, then malloc_trim"
 }
 
 # expect_fault MODE WHAT: killed by SIGSEGV (status 139) at the address the program announced,
