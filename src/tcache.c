@@ -42,11 +42,13 @@ static void tcache_flush_all(tcache_t *tc);
 
 /* ---- moving objects to the central lists --------------------------------------------------- */
 
-/* Gives the first n (> 0) objects of a chain to the central list of cls; returns the rest. */
+/* Gives the first n (> 0) objects of a chain to the central list of cls; returns the rest. The
+ * walk checks each link as central.c's does (freelist_next_checked): a damaged one would send the
+ * cut's store to wherever it decodes. */
 static void *tcache_hand_over(unsigned cls, void *head, uint32_t n) {
   void *last = head;
-  for (uint32_t i = 1; i < n; i++) last = freelist_next(last);
-  void *rest = freelist_next(last);
+  for (uint32_t i = 1; i < n; i++) last = freelist_next_checked(last, "free()");
+  void *rest = freelist_next_checked(last, "free()");
   freelist_set_next(last, NULL);
   central_insert(cls, head, n);
   return rest;
@@ -65,7 +67,7 @@ static void tcache_release(tcache_list_t *list, unsigned cls, uint32_t n) {
     central_insert(cls, list->head, n);
     list->head = NULL;
   } else if (n + 1 == length) {
-    void *rest = freelist_next(list->head);
+    void *rest = freelist_next_checked(list->head, "free()");
     freelist_set_next(list->head, NULL);
     central_insert(cls, rest, n);
   } else {
@@ -317,7 +319,7 @@ static size_t tcache_take_list(tcache_t *tc, unsigned cls) {
   tcache_list_t *list = &tc->lists[cls];
   uint32_t batch = sizeclass_batch[cls], n = 0;
   void *head = __atomic_load_n(&list->head, __ATOMIC_ACQUIRE);
-  for (void *p = head; p != NULL; p = freelist_next(p))
+  for (void *p = head; p != NULL; p = freelist_next_checked(p, "free()"))
     if (++n > TCACHE_LIST_MAX_LENGTH + 1u) /* the longest list, and one push in flight */
       log_fatal("a thread cache list is corrupted (a loop or a foreign object: a double free?)");
   void *rest = head;
