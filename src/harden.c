@@ -193,6 +193,10 @@ void harden_thread_exit(void) {
     while (rings[k]->count > 0) {
       unsigned cls;
       void *obj = harden_leave(rings[k], rings[k]->count - 1, &cls);
+      /* Checked as the exit check below checks: the push that follows writes the tag afresh, and a
+       * write after free over it, or over the fill, would otherwise go with the block unseen (the
+       * fill until the block's next hand-out). */
+      if (!freelist_tagged(obj, freelist_key(obj)) || !harden_holds_fill(obj, cls)) harden_fail_free_block("free()", obj);
       tcache_free_uncached(obj, cls);
     }
   }

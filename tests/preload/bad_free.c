@@ -108,6 +108,17 @@ static void on_fault(int sig, siginfo_t *info, void *context) {
 
 /* A new thread frees two blocks and allocates their size again: in the hardened build both wait in
  * its quarantine (32 blocks), so neither comes back; *result is the one that did, if any. */
+/* Frees a block, clears its second word (its free tag) and exits: the thread's exit hands its
+ * cache (and, hardened, its quarantine) back, which must check the block on its way. */
+static void *clear_tag_then_exit(void *unused) {
+  (void)unused;
+  void **p = malloc(64);
+  free(p);
+  announce(p);
+  p[1] = 0;
+  return NULL;
+}
+
 static void *quarantine_in_new_thread(void *result) {
   void *a = malloc(32), *b = malloc(32);
   free(a);
@@ -297,6 +308,9 @@ int main(int argc, char **argv) {
     malloc_trim(0);
     void *a = malloc(64), *b = malloc(64);
     printf("not stopped: malloc returned %p and %p, %p is live\n", a, b, (void *)live);
+  } else if (!strcmp(mode, "corrupt_tag_thread_exit")) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, clear_tag_then_exit, NULL) != 0 || pthread_join(t, NULL) != 0) return 3;
   } else if (starts(mode, "overflow1_") || starts(mode, "overflow8_")) { /* past the requested size */
     size_t size = size_of(mode), k = mode[8] == '1' ? 1 : 8;
     char *p = malloc(size);
@@ -330,7 +344,9 @@ int main(int argc, char **argv) {
     /* The bytes before p are the last word of the block before it (its record; the pattern, or in
      * 16-byte slots its free tag, once freed), which that block's own checks read: its free
      * (underflowK_*), its hand-out (underflowK_free_*: freed before, then its class reused),
-     * realloc (underflow1_realloc), the exit check of the quarantine (underflow1_exit). One byte
+     * realloc (underflow1_realloc), the exit check of the quarantine (underflow1_exit), and, in
+     * 16-byte slots, whose last word is the free tag, its list going back to its span
+     * (underflow1_trim_tiny: malloc_trim flushes the quarantine and the thread's lists). One byte
      * changes the word's top byte alone, and the report names p; eight change all of it, which
      * an overflow of the block before (or a write after free) would do too, and the report names
      * that block: announced here is the block the report must name. */
@@ -340,7 +356,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "bad_free: no block with a live block just before it\n");
       return 4;
     }
-    bool freed_before = starts(mode + 11, "free_") || starts(mode + 11, "exit");
+    bool freed_before = starts(mode + 11, "free_") || starts(mode + 11, "exit") || starts(mode + 11, "trim_");
     if (freed_before) free(before);
     announce(k == 1 ? p : before);
     memset((char *)launder(p) - k, 'x', k);
@@ -349,6 +365,8 @@ int main(int argc, char **argv) {
     else if (!freed_before) free(before);
     else if (starts(mode + 11, "free_"))
       for (int i = 0; i < 20000; i++) free(malloc(size)); /* until the block before leaves the quarantine and is handed out */
+    else if (starts(mode + 11, "trim_"))
+      malloc_trim(0);
     /* underflow1_exit: the block before is still in the quarantine (not full yet), checked at exit */
   } else if (starts(mode, "uaf_write_")) { /* write after free, then the block's class is reused */
     /* Past the free tag's 16 bytes, inside the hardened build's fill (bytes 16 to 64 and the last
@@ -379,8 +397,8 @@ int main(int argc, char **argv) {
                     "realloc_stack, realloc_interior, realloc_freed, realloc_freed_move, usable_freed, usable_interior, double, double_large, double_later, later_|remote_|slot_free_|"
                     "slot_new_|overflow1_|overflow8_|underflow1_|underflow8_|uaf_write_|uaf_read_ + small|medium|large "
                     "(overflow: also smallfit|mediumfit; underflow: also tiny, free_ + small|medium|tiny), underflow1_realloc, "
-                    "underflow1_exit, overflow_shrunk, quarantine_new_thread, "
-                    "slot_uncarved, sized_wrong, sized_wrong_large, delete_array, corrupt_link, corrupt_tag_trim, corrupt_link_trim, zero_read, zero_write)\n", mode);
+                    "underflow1_exit, underflow1_trim_tiny, overflow_shrunk, quarantine_new_thread, "
+                    "slot_uncarved, sized_wrong, sized_wrong_large, delete_array, corrupt_link, corrupt_tag_trim, corrupt_link_trim, corrupt_tag_thread_exit, zero_read, zero_write)\n", mode);
     return 2;
   }
   /* Still running: the misuse went unnoticed. */

@@ -165,6 +165,7 @@ expect_line corrupt_link "$CL" "link overwritten after free, then malloc"
 if [[ -z $LABEL ]]; then CT='^qmalloc: free\(\): corrupted free list \(a write after free\?\) at 0x[0-9a-f]+$'; else CT=$CL; fi
 expect_line corrupt_tag_trim "$CT" "tag cleared after free, then malloc_trim"
 expect_line corrupt_link_trim "$CT" "link overwritten after free with a live block's address, then malloc_trim"
+expect_line corrupt_tag_thread_exit "$CT" "tag cleared after free, then the thread exits"
 }
 
 # expect_fault MODE WHAT: killed by SIGSEGV (status 139) at the address the program announced,
@@ -208,6 +209,7 @@ done
 expect_line underflow8_free_tiny "$CORRUPT" "8-byte underflow before an 8-byte block whose neighbour was freed (its free tag), then reused"
 expect_line underflow1_realloc "$(un realloc)" "1-byte underflow before a block, then realloc of the live block before it"
 expect_line underflow1_exit "$(un exit)" "1-byte underflow before a block whose neighbour is in the quarantine at exit"
+expect_line underflow1_trim_tiny "$(un free)" "1-byte underflow before an 8-byte block whose freed neighbour's list goes back to its span"
 for k in 1 8; do
   for sz in small medium; do
     expect_line overflow${k}_$sz "$OV" "$k-byte overflow past malloc's size ($sz)"
