@@ -305,9 +305,11 @@ static void central_insert_spans(central_t *c, unsigned cls, void *chain, span_t
   }
 }
 
+/* Outside the class lock: an emptied span is on no list of it any more. */
 static void central_free_spans(span_t *emptied) {
   while (emptied != NULL) {
     span_t *next = emptied->next;
+    if (qm_hardened) harden_check_emptied_span(emptied);
     pageheap_free(emptied);
     emptied = next;
   }

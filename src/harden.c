@@ -222,6 +222,17 @@ __attribute__((destructor)) static void harden_check_at_exit(void) {
 
 /* ---- new spans: every slot free, in random order --------------------------------------------- */
 
+/* A span with no slot out goes back to the page heap, which may give its pages to the kernel or to
+ * another class: a write after free into one of its slots would be lost there, where the slot's
+ * next hand-out would have found it. So each slot is checked first as a hand-out checks it, and
+ * its tag and link as a pop does (the walk). As many slots as harden_carve filled, once a span. */
+void harden_check_emptied_span(const span_t *span) {
+  unsigned cls = span->sizeclass;
+  if (sizeclass_size[cls] < 16) return; /* (never in this build: untagged links) */
+  for (const void *obj = span->u.small.freelist; obj != NULL; obj = freelist_next_checked(obj, "free()"))
+    if (!harden_holds_fill(obj, cls)) harden_fail_free_block("free()", obj);
+}
+
 void harden_carve(span_t *span, unsigned cls) {
   uint32_t size = sizeclass_size[cls];
   uint32_t n = sizeclass_span_objects[cls];

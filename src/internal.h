@@ -286,6 +286,9 @@ void harden_resize(void *obj, unsigned cls, size_t n);
 void harden_thread_exit(void);
 /* Links every slot of a new small span in random order, each free and filled with the pattern. */
 void harden_carve(span_t *span, unsigned cls);
+/* Checks every slot of a small span that has none out any more, before the span goes back to the
+ * page heap (central.c): a write after free into one is reported ("free(): write after free"). */
+void harden_check_emptied_span(const span_t *span);
 /* malloc(0): an address in a reserved range where every access faults (NULL, ENOMEM, if the range
  * cannot be reserved); harden_is_zero tells such addresses (free does nothing with them). */
 void *harden_zero_alloc(void);

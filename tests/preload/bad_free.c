@@ -370,7 +370,9 @@ int main(int argc, char **argv) {
     /* underflow1_exit: the block before is still in the quarantine (not full yet), checked at exit */
   } else if (starts(mode, "uaf_write_")) { /* write after free, then the block's class is reused */
     /* Past the free tag's 16 bytes, inside the hardened build's fill (bytes 16 to 64 and the last
-     * word of a freed block: docs/hardening.md); for large blocks anywhere, here 48. */
+     * word of a freed block: docs/hardening.md); for large blocks anywhere, here 48.
+     * uaf_write_trim_medium: instead of reusing the class, malloc_trim(0) sends the block back to
+     * its span (one block a span at this size), which goes back to the page heap. */
     size_t size = size_of(mode), at = size > 100 ? 48 : 20;
     char *p = malloc(size);
     /* large: announced before the free, so that stdio's buffer does not take the freed pages */
@@ -378,7 +380,9 @@ int main(int argc, char **argv) {
     free(p);
     if (size < (1u << 20)) announce(p);
     ((volatile char *)launder(p))[at] = 'x';
-    for (int i = 0; i < 20000; i++) free(malloc(size));
+    if (starts(mode, "uaf_write_trim_")) malloc_trim(0);
+    else
+      for (int i = 0; i < 20000; i++) free(malloc(size));
   } else if (starts(mode, "uaf_read_")) { /* read after free */
     size_t size = size_of(mode);
     char *p = malloc(size);
@@ -397,7 +401,7 @@ int main(int argc, char **argv) {
                     "realloc_stack, realloc_interior, realloc_freed, realloc_freed_move, usable_freed, usable_interior, double, double_large, double_later, later_|remote_|slot_free_|"
                     "slot_new_|overflow1_|overflow8_|underflow1_|underflow8_|uaf_write_|uaf_read_ + small|medium|large "
                     "(overflow: also smallfit|mediumfit; underflow: also tiny, free_ + small|medium|tiny), underflow1_realloc, "
-                    "underflow1_exit, underflow1_trim_tiny, overflow_shrunk, quarantine_new_thread, "
+                    "underflow1_exit, underflow1_trim_tiny, uaf_write_trim_medium, overflow_shrunk, quarantine_new_thread, "
                     "slot_uncarved, sized_wrong, sized_wrong_large, delete_array, corrupt_link, corrupt_tag_trim, corrupt_link_trim, corrupt_tag_thread_exit, zero_read, zero_write)\n", mode);
     return 2;
   }

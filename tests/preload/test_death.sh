@@ -231,6 +231,7 @@ expect_line overflow_shrunk "$OV" "1-byte overflow past a block realloc shrank i
 for sz in small medium; do
   expect_line uaf_write_$sz "$WAF" "write after free, then mallocs of its size ($sz)"
 done
+expect_line uaf_write_trim_medium '^qmalloc: free\(\): write after free 0x[0-9a-f]+$' "write after free, then malloc_trim returns its span to the page heap"
 expect_fault uaf_write_large "write after free of a 1 MiB block"
 expect_fault uaf_read_large "read after free of a 1 MiB block"
 expect_fault zero_read "read of malloc(0)'s block"
