@@ -84,8 +84,10 @@ static size_t underflow_size(const char *mode) {
  * slot size) except with a negligible chance. Never a block at an 8 KiB boundary: that may be its
  * span's first slot, with the block before it at the end of another span, which the report does not
  * name (1 run in 100 picked one). NULL if none qualifies. */
+static char *blocks[256]; /* block_after_live_block's, all of them */
+static int blocks_count;
 static char *block_after_live_block(size_t size, int count, char **before) {
-  static char *blocks[256];
+  blocks_count = count;
   for (int i = 0; i < count; i++) blocks[i] = malloc(size);
   char *best = NULL;
   size_t best_distance = SIZE_MAX;
@@ -346,7 +348,9 @@ int main(int argc, char **argv) {
      * (underflowK_*), its hand-out (underflowK_free_*: freed before, then its class reused),
      * realloc (underflow1_realloc), the exit check of the quarantine (underflow1_exit), and, in
      * 16-byte slots, whose last word is the free tag, its list going back to its span
-     * (underflow1_trim_tiny: malloc_trim flushes the quarantine and the thread's lists). One byte
+     * (underflow1_trim_tiny: malloc_trim flushes the quarantine and the thread's lists), and in
+     * any slot the check of a span going back to the page heap (underflow1_trim_medium: every
+     * block of the span freed, then malloc_trim). One byte
      * changes the word's top byte alone, and the report names p; eight change all of it, which
      * an overflow of the block before (or a write after free) would do too, and the report names
      * that block: announced here is the block the report must name. */
@@ -365,8 +369,11 @@ int main(int argc, char **argv) {
     else if (!freed_before) free(before);
     else if (starts(mode + 11, "free_"))
       for (int i = 0; i < 20000; i++) free(malloc(size)); /* until the block before leaves the quarantine and is handed out */
-    else if (starts(mode + 11, "trim_"))
+    else if (starts(mode + 11, "trim_")) {
+      for (int i = 0; i < blocks_count; i++)
+        if (blocks[i] != p && blocks[i] != before) free(blocks[i]);
       malloc_trim(0);
+    }
     /* underflow1_exit: the block before is still in the quarantine (not full yet), checked at exit */
   } else if (starts(mode, "uaf_write_")) { /* write after free, then the block's class is reused */
     /* Past the free tag's 16 bytes, inside the hardened build's fill (bytes 16 to 64 and the last
@@ -401,7 +408,7 @@ int main(int argc, char **argv) {
                     "realloc_stack, realloc_interior, realloc_freed, realloc_freed_move, usable_freed, usable_interior, double, double_large, double_later, later_|remote_|slot_free_|"
                     "slot_new_|overflow1_|overflow8_|underflow1_|underflow8_|uaf_write_|uaf_read_ + small|medium|large "
                     "(overflow: also smallfit|mediumfit; underflow: also tiny, free_ + small|medium|tiny), underflow1_realloc, "
-                    "underflow1_exit, underflow1_trim_tiny, uaf_write_trim_medium, overflow_shrunk, quarantine_new_thread, "
+                    "underflow1_exit, underflow1_trim_tiny|medium, uaf_write_trim_medium, overflow_shrunk, quarantine_new_thread, "
                     "slot_uncarved, sized_wrong, sized_wrong_large, delete_array, corrupt_link, corrupt_tag_trim, corrupt_link_trim, corrupt_tag_thread_exit, zero_read, zero_write)\n", mode);
     return 2;
   }

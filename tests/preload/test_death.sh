@@ -210,6 +210,7 @@ expect_line underflow8_free_tiny "$CORRUPT" "8-byte underflow before an 8-byte b
 expect_line underflow1_realloc "$(un realloc)" "1-byte underflow before a block, then realloc of the live block before it"
 expect_line underflow1_exit "$(un exit)" "1-byte underflow before a block whose neighbour is in the quarantine at exit"
 expect_line underflow1_trim_tiny "$(un free)" "1-byte underflow before an 8-byte block whose freed neighbour's list goes back to its span"
+expect_line underflow1_trim_medium "$(un free)" "1-byte underflow before a medium block, then its span emptied and given back to the page heap"
 for k in 1 8; do
   for sz in small medium; do
     expect_line overflow${k}_$sz "$OV" "$k-byte overflow past malloc's size ($sz)"
