@@ -66,9 +66,10 @@ QM_INLINE void *freelist_take(void *obj) {
  * the central lists walk (central.c): a chain going back to its spans, which is how lists leave a
  * thread cache besides pops (a flush, a collection, a thread's exit, an idle cache taken back,
  * malloc_trim), and a span's own list as a refill takes from it. Unchecked, a write after free
- * there went unseen: a lost tag was written again, and a link overwritten with the address of a
- * live block of the class put that block on its span's list, to be handed out twice. call names
- * the side it is found on: free() for a chain frees left, malloc() for a refill. */
+ * there went unseen or crashed: a lost tag was written again, and an overwritten link sent the
+ * walk to whatever it decoded to (a fault; a link decoding to a live block of the class, which
+ * takes the secret to write, would have put that block on its span's list, to be handed out
+ * twice). call names the side it is found on: free() for a chain frees left, malloc() for a refill. */
 QM_INLINE void *freelist_next_checked(const void *obj, const char *call) {
   uintptr_t key = freelist_key(obj);
   intptr_t next;
