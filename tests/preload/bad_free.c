@@ -108,8 +108,6 @@ static void on_fault(int sig, siginfo_t *info, void *context) {
   /* SA_RESETHAND: returning re-runs the access, which now kills the program with SIGSEGV */
 }
 
-/* A new thread frees two blocks and allocates their size again: in the hardened build both wait in
- * its quarantine (32 blocks), so neither comes back; *result is the one that did, if any. */
 /* Frees a block, clears its second word (its free tag) and exits: the thread's exit hands its
  * cache (and, hardened, its quarantine) back, which must check the block on its way. */
 static void *clear_tag_then_exit(void *unused) {
@@ -121,6 +119,8 @@ static void *clear_tag_then_exit(void *unused) {
   return NULL;
 }
 
+/* A new thread frees two blocks and allocates their size again: in the hardened build both wait in
+ * its quarantine (32 blocks), so neither comes back; *result is the one that did, if any. */
 static void *quarantine_in_new_thread(void *result) {
   void *a = malloc(32), *b = malloc(32);
   free(a);
