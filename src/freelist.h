@@ -47,35 +47,32 @@ QM_INLINE void *freelist_next(const void *obj) { return (void *)(((const uintptr
 /* Relinks free obj to next (cutting or joining chains). */
 QM_INLINE void freelist_set_next(void *obj, void *next) { ((uintptr_t *)obj)[0] = (uintptr_t)next ^ freelist_key(obj); }
 
-/* Takes obj off the head of a list to hand it out: it must carry its tag, and its link must decode
- * to a user-space address (or NULL), else the list is corrupted and the program stops; its tag is
- * cleared; returns the next object. The secret has bit 63 set and user addresses have it clear, so
- * a link overwritten with any user-space value (an address an exploit would choose) decodes to a
- * negative value: the sign of the decoding XOR is the test, one branch. */
-QM_INLINE void *freelist_take(void *obj) {
-  uintptr_t key = freelist_key(obj);
-  intptr_t next;
-  /* The tag before the link: the decoding XOR then consumes the key in its register (no copy). */
-  if (QM_UNLIKELY(!freelist_tagged(obj, key) || (next = (intptr_t)(((uintptr_t *)obj)[0] ^ key)) < 0))
-    check_fail_corrupted("malloc()", obj);
-  ((uintptr_t *)obj)[1] = 0;
-  return (void *)next;
-}
-
-/* The next object after free obj, checked as a pop checks the object it hands out, for the chains
- * the central lists walk (central.c): a chain going back to its spans, which is how lists leave a
- * thread cache besides pops (a flush, a collection, a thread's exit, an idle cache taken back,
- * malloc_trim), and a span's own list as a refill takes from it. Unchecked, a write after free
- * there went unseen or crashed: a lost tag was written again, and an overwritten link sent the
- * walk to whatever it decoded to (a fault; a link decoding to a live block of the class, which
- * takes the secret to write, would have put that block on its span's list, to be handed out
- * twice). call names the side it is found on: free() for a chain frees left, malloc() for a refill. */
+/* The next object after free obj, which must carry its tag and whose link must decode to a
+ * user-space address (or NULL); else the list is corrupted and the program stops ("corrupted free
+ * list", call naming the side that found it). The secret has bit 63 set and user addresses have it
+ * clear, so a link overwritten with any user-space value (an address an exploit would choose)
+ * decodes to a negative value: the sign of the decoding XOR is the test, one branch. A pop's check (freelist_take), and
+ * the walks of the chains that leave a thread cache other ways (a flush, a collection, a thread's
+ * exit, an idle cache taken back, malloc_trim: free()) or a span's list (a refill: malloc()):
+ * unchecked, a write after free there went unseen or crashed. A lost tag was written again; an
+ * overwritten link sent the walk to whatever it decoded to (a fault; a link decoding to a live
+ * block of the class, which takes the secret to write, would have put that block on its span's
+ * list, to be handed out twice). */
 QM_INLINE void *freelist_next_checked(const void *obj, const char *call) {
   uintptr_t key = freelist_key(obj);
   intptr_t next;
+  /* The tag before the link: the decoding XOR then consumes the key in its register (no copy). */
   if (QM_UNLIKELY(!freelist_tagged(obj, key) || (next = (intptr_t)(((const uintptr_t *)obj)[0] ^ key)) < 0))
     check_fail_corrupted(call, obj);
   return (void *)next;
+}
+
+/* Takes obj off the head of a list to hand it out: checked (freelist_next_checked), its tag
+ * cleared; returns the next object. */
+QM_INLINE void *freelist_take(void *obj) {
+  void *next = freelist_next_checked(obj, "malloc()");
+  ((uintptr_t *)obj)[1] = 0;
+  return next;
 }
 
 /* A block handed out as whole pages (a large block) starts where a free small object may have

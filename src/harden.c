@@ -86,6 +86,12 @@ QM_NOINLINE QM_COLD void harden_fail_free_block(const char *call, const void *ob
 
 QM_NOINLINE QM_COLD void *harden_fail_handout(void *obj) { harden_fail_free_block("malloc()", obj); }
 
+/* A free block's tag and fill, off the hand-out (a thread's exit, the exit check): as the hand-out
+ * checks the fill, with the tag too, which is this slot's last word in 16-byte slots. */
+static void harden_check_free_block(const void *obj, unsigned cls, const char *call) {
+  if (!freelist_tagged(obj, freelist_key(obj)) || !harden_holds_fill(obj, cls)) harden_fail_free_block(call, obj);
+}
+
 void harden_explain_corrupted(const char *call, const void *obj) {
   size_t slot;
   uint64_t w;
@@ -196,7 +202,7 @@ void harden_thread_exit(void) {
       /* Checked as the exit check below checks: the push that follows writes the tag afresh, and a
        * write after free over it, or over the fill, would otherwise go with the block unseen (the
        * fill until the block's next hand-out). */
-      if (!freelist_tagged(obj, freelist_key(obj)) || !harden_holds_fill(obj, cls)) harden_fail_free_block("free()", obj);
+      harden_check_free_block(obj, cls, "free()");
       tcache_free_uncached(obj, cls);
     }
   }
@@ -214,8 +220,7 @@ __attribute__((destructor)) static void harden_check_at_exit(void) {
       void *obj = rings[k]->blocks[i];
       unsigned cls = rings[k]->classes[i];
       if (!harden_leaving_intact(obj)) harden_fail_write_after_free("exit()", obj);
-      /* (a 16-byte slot's tag is its last word: an underflow of the next block can land there) */
-      if (!freelist_tagged(obj, freelist_key(obj)) || !harden_holds_fill(obj, cls)) harden_fail_free_block("exit()", obj);
+      harden_check_free_block(obj, cls, "exit()");
     }
   }
 }
