@@ -268,6 +268,7 @@ static void *alloc_large(size_t size, size_t alignment, zero_range_t *zero) {
   if (qm_hardened) npages++; /* a guard page after the block */
   size_t align_pages = alignment > PAGE_SIZE ? alignment >> PAGE_SHIFT : 1;
   zero_range_t known;
+  if (npages >= PAGEHEAP_GROWTH_RELEASE_PAGES) tcache_flush_for_growth(npages);
   span_t *span = pageheap_alloc(npages, align_pages, 0, &known);
   if (span == NULL) return fail_enomem();
   if (qm_hardened) harden_guard_large(span);

@@ -316,9 +316,13 @@ static void central_free_spans(span_t *emptied) {
 }
 
 void central_insert(unsigned cls, void *head, unsigned count) {
+  if (count == sizeclass_batch[cls] && transfer_put(&central_lists[cls], cls, head)) return;
+  central_insert_to_spans(cls, head);
+}
+
+void central_insert_to_spans(unsigned cls, void *head) {
   central_t *c = &central_lists[cls];
   span_t *emptied = NULL;
-  if (count == sizeclass_batch[cls] && transfer_put(c, cls, head)) return;
   central_lock(c, cls);
   central_insert_spans(c, cls, head, &emptied);
   central_fit_capacity(c, cls);

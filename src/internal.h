@@ -106,6 +106,9 @@ typedef struct {
 span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, zero_range_t *zero);
 /* Returns a small or large span to the free lists (coalescing), or unmaps a direct mapping. */
 void pageheap_free(span_t *span);
+/* Whether a request of npages pages would find no free backed span and raise the heap in use to a
+ * new high: its pages would be faulted in (api.c, alloc_large). Takes the lock. */
+bool pageheap_would_fault_at_high(size_t npages);
 /* Whether span is still the large block the program was given at start: false once the block was
  * freed, or once its header went to another block. The check of a free that found the span
  * without the page heap's lock (pageheap_free_block, prof_pages_claim). */
@@ -150,6 +153,8 @@ unsigned central_remove(unsigned cls, void **head, unsigned want);
 /* Takes back a NULL-terminated chain of `count` objects of class cls. A span left with no
  * object out goes back to the page heap. */
 void central_insert(unsigned cls, void *head, unsigned count);
+/* The same, straight to the spans: not kept whole in the transfer cache. */
+void central_insert_to_spans(unsigned cls, void *head);
 /* Empties every transfer cache into the spans (malloc_trim). */
 void central_drain_transfer(void);
 /* Returns to their spans the transfer-cache batches no thread took since the last call (the idle
@@ -178,6 +183,10 @@ void tcache_gc(tcache_t *tc);
 const char *tcache_check(const tcache_t *tc);
 /* Flushes the calling thread's cache entirely (malloc_trim, thread exit). */
 void tcache_flush_self(void);
+/* Before a large block of npages pages: if its pages would be faulted in at a new high of the heap
+ * in use (pageheap_would_fault_at_high), the calling thread's objects of the classes from
+ * TCACHE_GROWTH_FLUSH_MIN up go back to their spans (api.c, alloc_large). */
+void tcache_flush_for_growth(size_t npages);
 /* Every slow path that touches the calling thread's lists runs between these two (the window,
  * tcache_window.h); tcache_open waits if another thread is taking the cache back. */
 tcache_t *tcache_open(void);

@@ -521,6 +521,14 @@ static span_t *pageheap_find_any(size_t need, bool aligned, bool grow, zero_rang
   return span;
 }
 
+bool pageheap_would_fault_at_high(size_t npages) {
+  pthread_mutex_lock(&pageheap.lock);
+  size_t in_use = pageheap.small_span_bytes + pageheap.large_bytes + pageheap.direct_bytes + npages * PAGE_SIZE;
+  bool faults = in_use > pageheap.in_use_high && pageheap_find(&pageheap.backed, npages) == NULL;
+  pthread_mutex_unlock(&pageheap.lock);
+  return faults;
+}
+
 span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, zero_range_t *zero) {
   if (npages == 0 || npages > UINT32_MAX || align_pages > UINT32_MAX) return NULL;
   size_t need = npages + align_pages - 1;

@@ -213,6 +213,25 @@ void tcache_flush_self(void) {
   tcache_close(tc);
 }
 
+void tcache_flush_for_growth(size_t npages) {
+  tcache_t *tc = tcache_open();
+  bool holds = false;
+  for (unsigned cls = SIZECLASS_COUNT - 1; sizeclass_size[cls] >= TCACHE_GROWTH_FLUSH_MIN; cls--)
+    holds |= list_length(&tc->lists[cls]) > 0;
+  /* The page heap's lock only when there is something to send back: none for a program whose
+   * thread caches hold no object of these classes (mtbench large-blocks). */
+  if (holds && tc->state == TCACHE_LIVE && pageheap_would_fault_at_high(npages)) {
+    for (unsigned cls = SIZECLASS_COUNT - 1; sizeclass_size[cls] >= TCACHE_GROWTH_FLUSH_MIN; cls--) {
+      tcache_list_t *list = &tc->lists[cls];
+      if (list_length(list) == 0) continue;
+      central_insert_to_spans(cls, list->head); /* not kept in the transfer cache: to the spans */
+      list->head = NULL;
+      list_set_length(list, 0); /* lowers the floor with it */
+    }
+  }
+  tcache_close(tc);
+}
+
 static void tcache_thread_exit(void *unused) {
   if (qm_hardened) harden_thread_exit(); /* its quarantine first: those blocks are not in the lists */
   prof_pages_release(true); /* the sampled blocks' pages it kept */
