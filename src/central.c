@@ -116,19 +116,24 @@ void central_init(void) {
   }
 }
 
-/* The transfer cache's capacity follows the class's use: at most as many batches as the program
- * and the thread caches hold objects of the class (out of the spans, not in the cache), at least
- * TRANSFER_MIN. Batches there are free memory that no span gets back; where a consumer hands
+/* The transfer cache's capacity follows the class's use: at most half as many batches as the
+ * program and the thread caches hold objects of the class (out of the spans, not in the cache), at
+ * least TRANSFER_MIN. Batches there are free memory that no span gets back; where a consumer hands
  * them to a producer at the rate it takes them (prodcons), the count wanders between empty and
  * full, each time empty has the producer carve new objects, so the cache ends up full whatever
- * its size: 0.9 MB of 3.2 MB peak RSS at prodcons --pairs 1, whose program holds 35 KB. Where
- * thousands of objects are in flight (remote-stream), the capacity grows with them, up to
- * transfer_max. Set whenever the class lock is taken (a refill or return through the spans, which
- * is when the capacity was too small or the cache empty). Requires c->lock. */
+ * its size: 0.9 MB of 3.2 MB peak RSS at prodcons --pairs 1, whose program holds 35 KB, when the
+ * cache had no bound but transfer_max. A bound of as many batches as there are objects out left
+ * prodcons' peak RSS at 1.14-1.18 of glibc's; half as many, 1.02-1.17 (3.2% less over its five
+ * points, 0.954-0.990), at the same speed there and on remote-stream, server-mix, mixed-stress,
+ * t-test1 and realloc-mix (mtbench's quick preset, 5 repetitions side by side: 1.005 of the time
+ * over their 35 points, 0.948-1.067). Where thousands of objects are in flight (remote-stream), the
+ * capacity grows with them, up to transfer_max. Set whenever the class lock is taken (a refill or
+ * return through the spans, which is when the capacity was too small or the cache empty). Requires
+ * c->lock. */
 static void central_fit_capacity(central_t *c, unsigned cls) {
   int64_t out = (int64_t)c->spans_in_use * sizeclass_span_objects[cls] - (int64_t)c->free_in_spans -
                 (int64_t)__atomic_load_n(&c->transfer_count, __ATOMIC_RELAXED) * sizeclass_batch[cls];
-  int64_t cap = out / (int64_t)sizeclass_batch[cls];
+  int64_t cap = out / (2 * (int64_t)sizeclass_batch[cls]);
   if (cap < TRANSFER_MIN) cap = TRANSFER_MIN;
   if (cap > (int64_t)central_transfer_max[cls]) cap = central_transfer_max[cls];
   __atomic_store_n(&c->transfer_capacity, (uint32_t)cap, __ATOMIC_RELAXED);

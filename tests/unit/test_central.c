@@ -245,8 +245,9 @@ int main(void) {
    * go back to their spans; batches taken in between lower the mark. */
   central_drain_transfer();
   central_drain_idle_transfer(); /* mark: 0 batches */
-  void *batches[4];
-  for (int i = 0; i < 4; i++) CHECK_EQ(central_remove(cls, &batches[i], sizeclass_batch[cls]), sizeclass_batch[cls]);
+  /* 8 batches out make room for 4 (half as many); the program keeps the other 4 meanwhile. */
+  void *batches[8];
+  for (int i = 0; i < 8; i++) CHECK_EQ(central_remove(cls, &batches[i], sizeclass_batch[cls]), sizeclass_batch[cls]);
   for (int i = 0; i < 4; i++) central_insert(cls, batches[i], sizeclass_batch[cls]);
   CHECK_EQ(c->transfer_count, 4);
   central_drain_idle_transfer(); /* the mark was 0: nothing goes; mark now 4 */
@@ -258,29 +259,34 @@ int main(void) {
   CHECK_EQ(c->transfer_count, 1);
   central_drain_idle_transfer(); /* and the last one next time */
   CHECK_EQ(c->transfer_count, 0);
+  for (int i = 4; i < 8; i++) central_insert(cls, batches[i], sizeclass_batch[cls]);
+  central_drain_transfer();
   CHECK_EQ(c->spans_in_use, spans0); /* every span emptied went back to the page heap */
 
   uint64_t spans_alone = c->spans_in_use;
 
-  /* A full cache: the next batch goes back to its spans. With cap + 1 batches out, the capacity
-   * is at its largest. */
-  void *fill[TRANSFER_SLOTS + 1];
+  /* A full cache: the next batches go back to their spans. With 2 * cap + 1 batches out, the
+   * capacity is at its largest. */
+  void *fill[2 * TRANSFER_SLOTS + 1];
   uint32_t cap = central_transfer_max[cls];
-  for (uint32_t i = 0; i <= cap; i++) CHECK_EQ(central_remove(cls, &fill[i], sizeclass_batch[cls]), sizeclass_batch[cls]);
-  for (uint32_t i = 0; i <= cap; i++) central_insert(cls, fill[i], sizeclass_batch[cls]);
+  for (uint32_t i = 0; i <= 2 * cap; i++) CHECK_EQ(central_remove(cls, &fill[i], sizeclass_batch[cls]), sizeclass_batch[cls]);
+  CHECK_EQ(c->transfer_capacity, cap);
+  for (uint32_t i = 0; i <= 2 * cap; i++) central_insert(cls, fill[i], sizeclass_batch[cls]);
   CHECK_EQ(c->transfer_count, cap);
-  /* Out of the spans now: the cached batches only, the last one went back to its spans. */
+  /* Out of the spans now: the cached batches only, the others went back to their spans. */
   CHECK_EQ(c->spans_in_use * per_span - c->free_in_spans, (uint64_t)cap * sizeclass_batch[cls]);
   central_drain_transfer();
   CHECK_EQ(c->spans_in_use, spans_alone);
 
-  /* The capacity follows the class's use: 8 batches out make room for 8; once the program holds
-   * none (the next return through the spans sees that), a batch beyond TRANSFER_MIN goes back to
-   * its spans instead of waiting in the cache. */
+  /* The capacity follows the class's use: 16 batches out make room for 8, and 4 for 2 (not 4);
+   * once the program holds none (the next return through the spans sees that), a batch beyond
+   * TRANSFER_MIN goes back to its spans instead of waiting in the cache. */
   CHECK(central_transfer_max[cls] >= 8);
-  for (int i = 0; i < 8; i++) CHECK_EQ(central_remove(cls, &fill[i], sizeclass_batch[cls]), sizeclass_batch[cls]);
-  CHECK(c->transfer_capacity >= 8);
-  for (int i = 0; i < 8; i++) central_insert(cls, fill[i], sizeclass_batch[cls]);
+  for (int i = 0; i < 4; i++) CHECK_EQ(central_remove(cls, &fill[i], sizeclass_batch[cls]), sizeclass_batch[cls]);
+  CHECK_EQ(c->transfer_capacity, 2);
+  for (int i = 4; i < 16; i++) CHECK_EQ(central_remove(cls, &fill[i], sizeclass_batch[cls]), sizeclass_batch[cls]);
+  CHECK_EQ(c->transfer_capacity, 8);
+  for (int i = 0; i < 16; i++) central_insert(cls, fill[i], sizeclass_batch[cls]);
   CHECK_EQ(c->transfer_count, 8);
   void *single = NULL;
   CHECK_EQ(central_remove(cls, &single, 1), 1); /* not a batch: through the spans, both ways */
