@@ -214,14 +214,15 @@ void tcache_flush_self(void) {
 }
 
 void tcache_flush_for_growth(size_t npages) {
+  unsigned first = SIZECLASS_COUNT; /* the first class of TCACHE_GROWTH_FLUSH_MIN bytes or more */
+  while (sizeclass_size[first - 1] >= TCACHE_GROWTH_FLUSH_MIN) first--;
   tcache_t *tc = tcache_open();
   bool holds = false;
-  for (unsigned cls = SIZECLASS_COUNT - 1; sizeclass_size[cls] >= TCACHE_GROWTH_FLUSH_MIN; cls--)
-    holds |= list_length(&tc->lists[cls]) > 0;
+  for (unsigned cls = first; cls < SIZECLASS_COUNT; cls++) holds |= list_length(&tc->lists[cls]) > 0;
   /* The page heap's lock only when there is something to send back: none for a program whose
    * thread caches hold no object of these classes (mtbench large-blocks). */
   if (holds && tc->state == TCACHE_LIVE && pageheap_would_fault_at_high(npages)) {
-    for (unsigned cls = SIZECLASS_COUNT - 1; sizeclass_size[cls] >= TCACHE_GROWTH_FLUSH_MIN; cls--) {
+    for (unsigned cls = first; cls < SIZECLASS_COUNT; cls++) {
       tcache_list_t *list = &tc->lists[cls];
       if (list_length(list) == 0) continue;
       central_insert_to_spans(cls, list->head); /* not kept in the transfer cache: to the spans */
