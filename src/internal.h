@@ -195,6 +195,9 @@ void tcache_close(tcache_t *tc);
  * previous scan (all other caches not in use right now if `everyone`). Returns the bytes taken.
  * Runs by itself every tcache_idle_ms from slow paths; tests and malloc_trim call it directly. */
 size_t tcache_reclaim_idle(bool everyone);
+/* For unit-reclaim only: called by a scan between reading a stopped cache's heads and the barrier
+ * that settles them (tcache_window.h), so that a test can end an operation in flight there. */
+extern void (*tcache_test_settle_hook)(void);
 /* What waits for a slow path: page decay (pageheap_maybe_decay), and an idle scan with the
  * transfer-cache drain if tcache_idle_ms passed since the last one. Slow paths call it: refills,
  * flushes, collections, new threads, and the background releaser (release.c). A scan finds idle

@@ -330,18 +330,39 @@ static uint64_t tcache_fingerprint(const tcache_t *tc) {
   return h;
 }
 
-/* Hands a stopped list's objects to the central lists, leaving its count alone: the owner may be
- * adding to it and taking the add back (a pop giving up, the end of a push in flight), and
- * tcache_wake repairs it. The chain is taken from the head as it is now to its end: a push in
- * flight may have linked its object in already, or may do so after the head is read, in which
- * case the compare-and-swap leaves its object at the head for the repair. */
-static size_t tcache_take_list(tcache_t *tc, unsigned cls) {
+void (*tcache_test_settle_hook)(void);
+
+/* Takes a stopped list whole if no pop is in flight on it (tcache_window.h): its objects go to the
+ * central lists, its maximum to 0. `seen` and `seen_link` are its head and that object's first word
+ * as read before the last membarrier(2). Walks the chain from the head as it is now: from the
+ * object after `seen` (by the link read then) if the head is still `seen`, else all of it; takes it
+ * if it is exactly as long as the count says, and clears the head with a compare-and-swap from the
+ * value walked from, so that the object of a push in flight that stores its head later stays
+ * there for the repair (tcache_wake). Any other length leaves the list to its owner, still stopped.
+ * The count is left alone: the owner may still add to it (the end of a push in flight) and
+ * tcache_wake repairs it. Returns whether the list was taken; *bytes: what it held. */
+static bool tcache_take_list(tcache_t *tc, unsigned cls, void *seen, uintptr_t seen_link, size_t *bytes) {
   tcache_list_t *list = &tc->lists[cls];
-  uint32_t batch = sizeclass_batch[cls], n = 0;
-  void *head = __atomic_load_n(&list->head, __ATOMIC_ACQUIRE);
-  for (void *p = head; p != NULL; p = freelist_next_checked(p, "free()"))
+  uint16_t count = __atomic_load_n(&list->count, __ATOMIC_ACQUIRE);
+  if (!LIST_STOPPED(count)) return false; /* an add or subtract erased the stop: in use */
+  void *head = __atomic_load_n(&list->head, __ATOMIC_ACQUIRE), *p = NULL;
+  uint32_t n = 0;
+  if (head != NULL) {
+    n = 1;
+    if (head != seen) {
+      p = freelist_next_checked(head, "free()");
+    } else if ((intptr_t)(p = (void *)(seen_link ^ freelist_key(head))) < 0) {
+      /* Not the head's tag here: a pop in flight may be clearing it. Its link decodes to a
+       * user-space address or NULL, as every link does (freelist_next_checked). */
+      check_fail_corrupted("free()", head);
+    }
+  }
+  for (; p != NULL; p = freelist_next_checked(p, "free()"))
     if (++n > TCACHE_LIST_MAX_LENGTH + 1u) /* the longest list, and one push in flight */
       log_fatal("a thread cache list is corrupted (a loop or a foreign object: a double free?)");
+  if (n != (uint32_t)((uint16_t)(count - LIST_STOP) >> 1) + list->floor) return false; /* an operation in flight */
+  /* No pop in flight: the head's tag and link are the list's, and hand-over checks them. */
+  uint32_t batch = sizeclass_batch[cls];
   void *rest = head;
   for (uint32_t left = n, k; left > 0; left -= k) rest = tcache_hand_over(cls, rest, k = left < batch ? left : batch);
   __atomic_compare_exchange_n(&list->head, &head, NULL, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
@@ -350,12 +371,14 @@ static size_t tcache_take_list(tcache_t *tc, unsigned cls) {
   list->floor = 0;
   tc->overages[cls] = 0;
   tcache_set_capacity(tc, tc->capacity - capacity);
-  return (size_t)n * sizeclass_size[cls];
+  *bytes += (size_t)n * sizeclass_size[cls];
+  return true;
 }
 
-/* The taking side of the window protocol (tcache_window.h) for every other live cache at once,
- * so that two membarrier calls serve them all: stop the slow paths, then the lists, then take
- * what stayed stopped. The owner starts again as a new thread would, earning list lengths by
+/* The taking side of the window protocol (tcache_window.h) for every other live cache at once:
+ * two membarrier calls serve them all to stop the slow paths, then the lists; one more for each
+ * cache stopped settles the one operation its owner may have in flight, and the lists with no pop
+ * in flight are taken. The owner starts again as a new thread would, earning list lengths by
  * missing, with the least budget. Under the registry lock.
  * ThreadSanitizer reports races here that are not races: the owner's fast paths touch its lists
  * (and the objects on them) with plain accesses, ordered against this side only by the full
@@ -394,7 +417,7 @@ static size_t tcache_reclaim_scan(bool everyone) {
     for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
       tcache_list_t *list = &tc->lists[cls];
       uint16_t count = __atomic_load_n(&list->count, __ATOMIC_RELAXED);
-      if ((count & 1u) != 0 || LIST_STOPPED(count)) continue;
+      if (LIST_STOPPED(count)) continue;
       if (count == 0 && list->floor == 0) continue; /* empty (the floor is the owner's, stopped) */
       if (__atomic_compare_exchange_n(&list->count, &count, (uint16_t)(count + LIST_STOP), false,
                                       __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
@@ -402,18 +425,27 @@ static size_t tcache_reclaim_scan(bool everyone) {
     }
   }
   fenced = fenced && os_membarrier();
-  /* 3. Take the lists that stayed stopped and outside any operation; the owner's next slow path
-   *    (tcache_wake) repairs the counts. */
+  /* 3. Take the lists that stayed stopped and have no pop in flight; the owner's next slow path
+   *    (tcache_wake) repairs the counts. Per cache: each list's head and that object's first word,
+   *    a barrier, then the walks (tcache_take_list). */
   size_t bytes = 0;
   for (tcache_t *tc = stopped, *next; tc != NULL; tc = next) {
     next = tc->reclaim_next;
+    void *seen[SIZECLASS_COUNT];
+    uintptr_t seen_link[SIZECLASS_COUNT];
+    for (unsigned cls = 1; cls < SIZECLASS_COUNT && fenced; cls++) {
+      if (!(tc->stopped_lists[cls / 64] & ((uint64_t)1 << (cls % 64)))) continue;
+      seen[cls] = __atomic_load_n(&tc->lists[cls].head, __ATOMIC_ACQUIRE);
+      seen_link[cls] = seen[cls] ? __atomic_load_n((uintptr_t *)seen[cls], __ATOMIC_ACQUIRE) : 0;
+    }
+    if (QM_UNLIKELY(tcache_test_settle_hook != NULL)) tcache_test_settle_hook();
+    bool settled = fenced && (tc->stopped_lists[0] | tc->stopped_lists[1]) != 0 && os_membarrier();
     size_t taken = 0;
     for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) {
       uint64_t bit = (uint64_t)1 << (cls % 64);
       if (!(tc->stopped_lists[cls / 64] & bit)) continue;
-      uint16_t count = __atomic_load_n(&tc->lists[cls].count, __ATOMIC_ACQUIRE);
-      if (fenced && LIST_STOPPED(count) && !(count & 1)) taken += tcache_take_list(tc, cls);
-      else tc->stopped_lists[cls / 64] &= ~bit; /* from here on: the lists taken, for tcache_wake */
+      if (!settled || !tcache_take_list(tc, cls, seen[cls], seen_link[cls], &taken))
+        tc->stopped_lists[cls / 64] &= ~bit; /* from here on: the lists taken, for tcache_wake */
     }
     if (tc->stopped_lists[0] | tc->stopped_lists[1]) {
       size_t budget = tcache_max_size(tc), keep = tc->capacity > TCACHE_MIN_SIZE ? tc->capacity : TCACHE_MIN_SIZE;

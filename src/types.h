@@ -76,11 +76,12 @@ static inline uintptr_t pagemap_entry_span_start(uintptr_t entry) { return entry
  * The fast paths never compare against the low-water mark: count and max_count are kept above a
  * floor (the low-water mark, to within a quarter), so a pop that reaches the floor finds its count
  * at 0 and takes the slow path, which lowers it (tcache.c, list_pop_slow). Both are in halves:
- * twice the number of objects, so that a count's low bit can say "the owner is inside a pop" and
- * its top bit "stopped by a taker" (tcache_window.h; list_length() and friends give objects). */
+ * twice the number of objects (a pop subtracts 2, a push adds 2: the low bit once said "the owner
+ * is inside a pop", and costs nothing now), and a count's top bit says "stopped by a taker"
+ * (tcache_window.h; list_length() and friends give objects). */
 typedef struct tcache_list_s {
   void *head;          /* singly linked through each object's first word, NULL-terminated */
-  uint16_t count;      /* 2 * (length - floor) (+1 inside a pop, +LIST_STOP when stopped) */
+  uint16_t count;      /* 2 * (length - floor) (+LIST_STOP when stopped) */
   uint16_t max_count;  /* 2 * (maximum length - floor): the maximum grows on misses within the
                         * budget; 0 sends every free to the slow path */
   uint16_t floor;      /* objects; no pop took the list below it since the last collection */

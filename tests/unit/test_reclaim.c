@@ -2,7 +2,8 @@
  * its cache taken back by the second idle scan after it went quiet, every byte of it, with its
  * budget; a thread that operated between two scans keeps its cache; the owner carries on after a
  * take; malloc_trim takes every quiet cache at once; a push caught between reading the count and
- * writing loses no object; a pop caught between its mark and its end keeps its list; and the
+ * writing loses no object; a pop caught between its subtract and its head's store keeps its list,
+ * and one that ends while the taker settles the list does not mislead it; and the
  * protocol holds against busy owners (three threads churning objects with checked contents,
  * pausing only briefly now and then, while scans run non-stop). */
 #include <pthread.h>
@@ -201,57 +202,90 @@ static void test_push_in_flight(int when) {
             when, s_after.class_in_use[cls], s_before.class_in_use[cls]);
 }
 
-/* A pop in flight: malloc's fast path marked its list's count (odd) before the taker came, and
- * finishes after it (tcache_window.h). The taker takes the owner's other lists and leaves that one
- * alone, so the pop hands its object out once and ends by storing the count it found less two,
- * the rest of the list still the owner's; the cache is consistent and every object accounted for. */
+/* A pop in flight: malloc's fast path counted its object out (list_begin_pop) before the taker
+ * came, and stores the next head after it (tcache_window.h). `ends_between` = 0: the pop is still
+ * in flight when the taker walks the list, whose chain is then one object longer than its count:
+ * the taker takes the owner's other lists and leaves that one, stopped, to the owner. 1: the pop
+ * ends between the taker's first read of the list (head and link) and its last barrier, and the
+ * program writes over the object at once, as a caller of malloc may: the taker must walk from the
+ * new head, not from the link it read before, and takes the list. Either way the pop hands its
+ * object out once, the cache is consistent after the owner's repair, and every object is
+ * accounted for. */
 static pthread_barrier_t pop_step;
 static int pop_bad;
 static const char *pop_check;
+static void *pop_obj;
+static tcache_list_t *pop_list;
+static uint32_t pop_length_after; /* the list's length once the owner repaired it */
 
-static void *pop_worker(void *unused) {
-  (void)unused;
+static void pop_end(void) {
+  pop_list->head = freelist_take(pop_obj);
+  memset(pop_obj, 0x5a, 256); /* the program's first write: the link read before is gone */
+}
+
+/* The settle hook (main thread, inside the scan): the worker's pop ends here. */
+static void pop_end_in_scan(void) {
+  pthread_barrier_wait(&pop_step); /* 2: the worker ends its pop */
+  pthread_barrier_wait(&pop_step); /* 3: ended */
+}
+
+static void *pop_worker(void *arg) {
+  int ends_between = (int)(size_t)arg;
   churn_all_sizes(5);
-  tcache_list_t *list = &tcache_self.lists[sizeclass_of(256)];
-  tcache_fast_list_t *fast = list_as_fast(list);
-  uint32_t length = list_length(list);
-  uint16_t before = 0;
-  void *obj = list->head;
-  bool began = length > 0 && list_begin_pop(fast, &before);
+  pop_list = &tcache_self.lists[sizeclass_of(256)];
+  uint32_t length = list_length(pop_list);
+  pop_obj = pop_list->head;
+  void *next = length > 1 ? freelist_next(pop_obj) : NULL;
+  bool began = length > 1 && list_begin_pop(list_as_fast(pop_list));
   pthread_barrier_wait(&pop_step); /* 1: main takes the cache */
-  pthread_barrier_wait(&pop_step); /* 2: taken */
+  if (ends_between) {
+    pthread_barrier_wait(&pop_step); /* 2: main read the heads and waits in its scan */
+    if (began) pop_end();
+    pthread_barrier_wait(&pop_step); /* 3 */
+  }
+  pthread_barrier_wait(&pop_step); /* 4: the scan is over */
   if (!began) {
     pop_bad = 1;
     return NULL;
   }
-  list->head = freelist_take(obj);
-  list_end_pop(fast, before);
-  if (list_length(list) != length - 1) pop_bad |= 2; /* taken, or the count not the pop's */
-  memset(obj, 6, 256);
-  qm_free(obj);
-  qm_free(qm_malloc(48)); /* a list that was taken: the slow path repairs the cache */
-  tcache_t *tc = tcache_open();
+  if (!ends_between) pop_end();
+  tcache_t *tc = tcache_open(); /* stopped: waits for the taker, repairs the lists */
+  tcache_close(tc);
+  pop_length_after = list_length(pop_list);
+  if (!ends_between && (pop_length_after != length - 1 || pop_list->head != next)) pop_bad |= 2;
+  if (ends_between && (pop_length_after != 0 || pop_list->head != NULL)) pop_bad |= 4;
+  qm_free(pop_obj);
+  qm_free(qm_malloc(48));
+  tc = tcache_open();
   pop_check = tcache_check(tc);
   tcache_close(tc);
   return NULL;
 }
 
-static void test_pop_in_flight(void) {
+static void test_pop_in_flight(int ends_between) {
   unsigned cls = sizeclass_of(256);
   stats_snapshot_t s_before, s_after;
   stats_snapshot(&s_before);
+  pop_bad = 0;
+  pop_check = NULL;
   pthread_barrier_init(&pop_step, NULL, 2);
   pthread_t t;
-  pthread_create(&t, NULL, pop_worker, NULL);
+  pthread_create(&t, NULL, pop_worker, (void *)(size_t)ends_between);
   pthread_barrier_wait(&pop_step); /* 1 */
-  CHECK(tcache_reclaim_idle(true) > 0); /* the worker's other lists */
-  pthread_barrier_wait(&pop_step); /* 2 */
+  if (ends_between) tcache_test_settle_hook = pop_end_in_scan;
+  size_t taken = tcache_reclaim_idle(true);
+  tcache_test_settle_hook = NULL;
+  pthread_barrier_wait(&pop_step); /* 4 */
   pthread_join(t, NULL);
   stats_snapshot(&s_after);
-  CHECK_MSG(pop_bad == 0, "pop in flight: %s", pop_bad == 1 ? "the list was empty" : "its length changed under the pop");
-  CHECK_MSG(pop_check == NULL, "pop in flight: %s", pop_check ? pop_check : "");
-  CHECK_MSG(s_after.class_in_use[cls] == s_before.class_in_use[cls], "pop in flight: %zu in use, %zu before",
-            s_after.class_in_use[cls], s_before.class_in_use[cls]);
+  CHECK_MSG(taken > 0, "pop in flight (%d): nothing taken", ends_between); /* the worker's other lists */
+  static const char *why[] = {"", "the list was too short", "the list was taken or changed under the pop",
+                              "", "the list was left although the pop had ended"};
+  CHECK_MSG(pop_bad == 0, "pop in flight (%d): %s (length %u after)", ends_between, why[pop_bad & 4 ? 4 : pop_bad & 3],
+            pop_length_after);
+  CHECK_MSG(pop_check == NULL, "pop in flight (%d): %s", ends_between, pop_check ? pop_check : "");
+  CHECK_MSG(s_after.class_in_use[cls] == s_before.class_in_use[cls], "pop in flight (%d): %zu in use, %zu before",
+            ends_between, s_after.class_in_use[cls], s_before.class_in_use[cls]);
 }
 
 /* The race: owners that churn with only brief pauses, a taker that never stops. Each live object carries its owner,
@@ -353,7 +387,8 @@ int main(void) {
   test_idle_thread();
   test_trim();
   for (int when = 0; when < 3; when++) test_push_in_flight(when);
-  test_pop_in_flight();
+  test_pop_in_flight(0);
+  test_pop_in_flight(1);
   test_race();
   return tu_summary("reclaim");
 }
