@@ -29,8 +29,9 @@
  * and go on popping a list being taken. So there every mark is an atomic read-modify-write (seq_cst
  * __atomic: LDADDAL with LSE, an exclusive-pair loop without, through libgcc's out-of-line helper
  * by default), which never loses the bit; membarrier(2) runs a full barrier (DMB ISH) on every
- * running thread of the process, which splits each of the owner's operations into before it (seen
- * by the taker's second read) and after it (sees the stop), as on x86-64.
+ * running thread of the process, which splits each of the owner's operations into before it (its
+ * stores seen by every read the taker makes after the call) and after it (sees the stop), as on
+ * x86-64.
  * The seq_cst RMW costs aarch64 a call and a stack frame on malloc's fast path (objdump of an
  * aarch64 build: bl __aarch64_ldadd2_acq_rel); not measured on hardware.
  *
