@@ -73,6 +73,10 @@ static const int qm_debug = 0;
  * 32 MiB keeps system calls off the allocation path; untouched pages cost no RSS. */
 #define OS_CHUNK_SIZE ((size_t)32 << 20)
 
+/* Out of memory (api.c, give_back_before_enomem): how many times a request the kernel refused
+ * gives back what the caches hold and tries again before it fails with ENOMEM. */
+#define OOM_GIVE_BACK_ROUNDS 3
+
 /* A request of at least this many pages that faults pages in at a new high of the heap in use first
  * releases free backed ones (pageheap.c, pageheap_release_for_growth). Measured with a first version
  * that released any free span: for requests of every size, at every request, t-test1 and
