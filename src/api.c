@@ -291,7 +291,7 @@ static void *alloc_large(size_t size, size_t alignment, zero_range_t *zero) {
   zero_range_t known;
   if (npages >= PAGEHEAP_GROWTH_RELEASE_PAGES) tcache_flush_for_growth(npages);
   span_t *span = pageheap_alloc(npages, align_pages, 0, &known);
-  for (unsigned round = 0; span == NULL && give_back_before_enomem((npages + align_pages - 1) << PAGE_SHIFT, round); round++)
+  for (unsigned round = 0; span == NULL && give_back_before_enomem(size, round); round++)
     span = pageheap_alloc(npages, align_pages, 0, &known);
   if (span == NULL) return fail_enomem();
   if (qm_hardened) harden_guard_large(span);

@@ -41,8 +41,11 @@ QM_INLINE void freelist_mark(void *obj, void *next, uintptr_t key) {
   ((uintptr_t *)obj)[0] = (uintptr_t)next ^ key;
 }
 
+/* The object a free obj's first word `link` (read earlier: tcache.c's taker) names. */
+QM_INLINE void *freelist_link_target(const void *obj, uintptr_t link) { return (void *)(link ^ freelist_key(obj)); }
+
 /* The next object after free obj. */
-QM_INLINE void *freelist_next(const void *obj) { return (void *)(((const uintptr_t *)obj)[0] ^ freelist_key(obj)); }
+QM_INLINE void *freelist_next(const void *obj) { return freelist_link_target(obj, ((const uintptr_t *)obj)[0]); }
 
 /* Relinks free obj to next (cutting or joining chains). */
 QM_INLINE void freelist_set_next(void *obj, void *next) { ((uintptr_t *)obj)[0] = (uintptr_t)next ^ freelist_key(obj); }

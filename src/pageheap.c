@@ -376,8 +376,11 @@ static bool pageheap_grow(size_t npages) {
     /* Refused even after the free spans were unmapped (RLIMIT_AS): as much as the request needs,
      * not a whole chunk, so that a 1 MiB block does not need 32 MiB of address space to spare
      * (api-rlimit_as_threads: an aligned 1 MiB block refused once the heap was in islands). */
-    size_t need = pageheap_round_to_os_pages(npages) * PAGE_SIZE;
-    if (p == NULL && need < bytes) p = os_map(bytes = need, PAGE_SIZE, OS_COMMIT, guard);
+    size_t just_enough = pageheap_round_to_os_pages(npages) * PAGE_SIZE;
+    if (p == NULL && just_enough < bytes) {
+      bytes = just_enough;
+      p = os_map(bytes, PAGE_SIZE, OS_COMMIT, guard);
+    }
   }
   if (p == NULL) return false;
   size_t guard_pages = guard == OS_GUARD_AFTER ? os_guard_size() / PAGE_SIZE : 0;

@@ -351,7 +351,7 @@ static bool tcache_take_list(tcache_t *tc, unsigned cls, void *seen, uintptr_t s
     n = 1;
     if (head != seen) {
       p = freelist_next_checked(head, "free()");
-    } else if ((intptr_t)(p = (void *)(seen_link ^ freelist_key(head))) < 0) {
+    } else if ((intptr_t)(p = freelist_link_target(head, seen_link)) < 0) {
       /* Not the head's tag here: a pop in flight may be clearing it. Its link decodes to a
        * user-space address or NULL, as every link does (freelist_next_checked). */
       check_fail_corrupted("free()", head);

@@ -212,15 +212,19 @@ static void test_push_in_flight(int when) {
  * object out once, the cache is consistent after the owner's repair, and every object is
  * accounted for. */
 static pthread_barrier_t pop_step;
-static int pop_bad;
-static const char *pop_check;
-static void *pop_obj;
+/* What the worker saw, checked by the main thread: the list's length before the pop and once the
+ * owner repaired it, its head then, and the object after the popped one. */
+static struct {
+  bool began;
+  uint32_t length_before, length_after;
+  void *obj, *next, *head_after;
+  const char *check; /* tcache_check at the end */
+} pop;
 static tcache_list_t *pop_list;
-static uint32_t pop_length_after; /* the list's length once the owner repaired it */
 
 static void pop_end(void) {
-  pop_list->head = freelist_take(pop_obj);
-  memset(pop_obj, 0x5a, 256); /* the program's first write: the link read before is gone */
+  pop_list->head = freelist_take(pop.obj);
+  memset(pop.obj, 0x5a, 256); /* the program's first write: the link read before is gone */
 }
 
 /* The settle hook (main thread, inside the scan): the worker's pop ends here. */
@@ -233,31 +237,27 @@ static void *pop_worker(void *arg) {
   int ends_between = (int)(size_t)arg;
   churn_all_sizes(5);
   pop_list = &tcache_self.lists[sizeclass_of(256)];
-  uint32_t length = list_length(pop_list);
-  pop_obj = pop_list->head;
-  void *next = length > 1 ? freelist_next(pop_obj) : NULL;
-  bool began = length > 1 && list_begin_pop(list_as_fast(pop_list));
+  pop.length_before = list_length(pop_list);
+  pop.obj = pop_list->head;
+  pop.next = pop.length_before > 1 ? freelist_next(pop.obj) : NULL;
+  pop.began = pop.length_before > 1 && list_begin_pop(list_as_fast(pop_list));
   pthread_barrier_wait(&pop_step); /* 1: main takes the cache */
   if (ends_between) {
     pthread_barrier_wait(&pop_step); /* 2: main read the heads and waits in its scan */
-    if (began) pop_end();
+    if (pop.began) pop_end();
     pthread_barrier_wait(&pop_step); /* 3 */
   }
   pthread_barrier_wait(&pop_step); /* 4: the scan is over */
-  if (!began) {
-    pop_bad = 1;
-    return NULL;
-  }
+  if (!pop.began) return NULL;
   if (!ends_between) pop_end();
   tcache_t *tc = tcache_open(); /* stopped: waits for the taker, repairs the lists */
   tcache_close(tc);
-  pop_length_after = list_length(pop_list);
-  if (!ends_between && (pop_length_after != length - 1 || pop_list->head != next)) pop_bad |= 2;
-  if (ends_between && (pop_length_after != 0 || pop_list->head != NULL)) pop_bad |= 4;
-  qm_free(pop_obj);
+  pop.length_after = list_length(pop_list);
+  pop.head_after = pop_list->head;
+  qm_free(pop.obj);
   qm_free(qm_malloc(48));
   tc = tcache_open();
-  pop_check = tcache_check(tc);
+  pop.check = tcache_check(tc);
   tcache_close(tc);
   return NULL;
 }
@@ -266,8 +266,7 @@ static void test_pop_in_flight(int ends_between) {
   unsigned cls = sizeclass_of(256);
   stats_snapshot_t s_before, s_after;
   stats_snapshot(&s_before);
-  pop_bad = 0;
-  pop_check = NULL;
+  memset(&pop, 0, sizeof pop);
   pthread_barrier_init(&pop_step, NULL, 2);
   pthread_t t;
   pthread_create(&t, NULL, pop_worker, (void *)(size_t)ends_between);
@@ -278,12 +277,17 @@ static void test_pop_in_flight(int ends_between) {
   pthread_barrier_wait(&pop_step); /* 4 */
   pthread_join(t, NULL);
   stats_snapshot(&s_after);
+  CHECK_MSG(pop.began, "pop in flight (%d): the list held %u objects", ends_between, pop.length_before);
   CHECK_MSG(taken > 0, "pop in flight (%d): nothing taken", ends_between); /* the worker's other lists */
-  static const char *why[] = {"", "the list was too short", "the list was taken or changed under the pop",
-                              "", "the list was left although the pop had ended"};
-  CHECK_MSG(pop_bad == 0, "pop in flight (%d): %s (length %u after)", ends_between, why[pop_bad & 4 ? 4 : pop_bad & 3],
-            pop_length_after);
-  CHECK_MSG(pop_check == NULL, "pop in flight (%d): %s", ends_between, pop_check ? pop_check : "");
+  if (ends_between) { /* the pop had ended: the list was taken, and the repair left it empty */
+    CHECK_MSG(pop.length_after == 0 && pop.head_after == NULL, "pop ended in the scan: the list was left (%u objects)",
+              pop.length_after);
+  } else { /* left to the owner: one object fewer, the popped one's next at its head */
+    CHECK_MSG(pop.length_after == pop.length_before - 1 && pop.head_after == pop.next,
+              "pop in flight: the list was taken or changed under it (%u objects, %u before)", pop.length_after,
+              pop.length_before);
+  }
+  CHECK_MSG(pop.check == NULL, "pop in flight (%d): %s", ends_between, pop.check ? pop.check : "");
   CHECK_MSG(s_after.class_in_use[cls] == s_before.class_in_use[cls], "pop in flight (%d): %zu in use, %zu before",
             ends_between, s_after.class_in_use[cls], s_before.class_in_use[cls]);
 }
