@@ -259,8 +259,9 @@ static QM_NOINLINE QM_COLD void *fail_enomem(void) {
  * address space of free regions), and the caller tries again: OOM_GIVE_BACK_ROUNDS times at most,
  * yielding the CPU before each round after the first, since a thread in the middle of a call keeps
  * its cache until the call ends, and two threads out of memory at once race for what each round
- * frees. Not for a request larger than all the process has mapped, which no giving back can serve
- * (a program probing sizes keeps its caches). Seen in api-rlimit_as_threads, hardened, one run in
+ * frees. Not for a request that, with its alignment, is larger than all the process has mapped,
+ * which no giving back can serve (a program probing sizes keeps its caches; so does
+ * aligned_alloc(2^63, 10)). Seen in api-rlimit_as_threads, hardened, one run in
  * 200 under load: 27 MiB in four threads' caches, and the page heap's 39 MiB free in 39 spans,
  * none with room for an aligned 1 MiB block; with one round, two runs in 1,000 still failed. */
 static QM_NOINLINE QM_COLD bool give_back_before_enomem(size_t bytes, unsigned round) {
@@ -291,7 +292,8 @@ static void *alloc_large(size_t size, size_t alignment, zero_range_t *zero) {
   zero_range_t known;
   if (npages >= PAGEHEAP_GROWTH_RELEASE_PAGES) tcache_flush_for_growth(npages);
   span_t *span = pageheap_alloc(npages, align_pages, 0, &known);
-  for (unsigned round = 0; span == NULL && give_back_before_enomem(size, round); round++)
+  size_t need = alignment > SIZE_MAX - size ? SIZE_MAX : size + alignment; /* at most, with its alignment */
+  for (unsigned round = 0; span == NULL && give_back_before_enomem(need, round); round++)
     span = pageheap_alloc(npages, align_pages, 0, &known);
   if (span == NULL) return fail_enomem();
   if (qm_hardened) harden_guard_large(span);
