@@ -152,6 +152,40 @@ static span_t *pageheap_find(free_set_t *set, size_t npages) {
   return best;
 }
 
+/* How many free spans pageheap_find_aligned looks at, at most: it runs under the lock, for aligned
+ * requests only. */
+#define PAGEHEAP_ALIGNED_SCAN 64
+
+/* Whether span s has room for npages pages from its first align-aligned address. */
+static bool pageheap_fits_aligned(const span_t *s, size_t npages, uintptr_t align) {
+  uintptr_t start = (s->start + align - 1) & ~(align - 1);
+  return start >= s->start && start < pageheap_span_end(s) &&
+         (pageheap_span_end(s) - start) / PAGE_SIZE >= npages;
+}
+
+/* The free span of `set` that best fits npages pages at an align_pages-aligned start, or NULL.
+ * pageheap_find(set, npages + align_pages - 1) finds one that has room wherever it starts; a
+ * shorter span whose start happens to suit fits too, and is the one the program just freed when it
+ * frees and asks again for an aligned block: the hardened build's 1 MiB blocks at 1 MiB alignment
+ * (129 pages with their guard) each came from fresh pages 2 MiB further on, and a loop of them
+ * after malloc_trim kept 64 MiB resident (the freed ones, each between released neighbours, fit no
+ * worst case) where the default build, whose freed blocks merged, kept 2 MiB. The shorter spans are
+ * looked at first, shortest first (PAGEHEAP_ALIGNED_SCAN of them at most). */
+static span_t *pageheap_find_aligned(free_set_t *set, size_t npages, size_t align_pages) {
+  size_t need = npages + align_pages - 1;
+  uintptr_t align = (uintptr_t)align_pages * PAGE_SIZE;
+  size_t looked = 0;
+  for (size_t i = pageheap_list_index(npages); i <= pageheap_list_index(need - 1) && looked < PAGEHEAP_ALIGNED_SCAN; i++) {
+    if (!(set->nonempty[i / 64] & ((uint64_t)1 << (i % 64)))) continue;
+    span_t *best = NULL;
+    for (span_t *s = set->lists[i]; s != NULL && looked < PAGEHEAP_ALIGNED_SCAN; s = s->next, looked++)
+      if (s->npages < need && pageheap_fits_aligned(s, npages, align) && (best == NULL || s->npages < best->npages))
+        best = s;
+    if (best != NULL) return best;
+  }
+  return pageheap_find(set, need);
+}
+
 /* Puts a free span (state already BACKED or RELEASED) into its set, merged with free neighbours
  * of the same set. Backed and released neighbours are not merged: a merged span would have to
  * be either re-released (a system call on every free) or counted as resident when it is not. */
@@ -515,15 +549,17 @@ static void pageheap_release_for_growth(size_t need) {
  * new high of the heap in use, as many backed pages are released as are about to be faulted in.
  * *zero: the part of the span known to read as zero (all of a released one, the released part of
  * a joined one). Requires the lock. */
-static span_t *pageheap_find_any(size_t need, bool aligned, bool grow, zero_range_t *zero) {
+static span_t *pageheap_find_any(size_t npages, size_t align_pages, bool grow, zero_range_t *zero) {
+  size_t need = npages + align_pages - 1; /* with room for any start */
+  bool aligned = align_pages > 1;
   size_t in_use = pageheap.small_span_bytes + pageheap.large_bytes + pageheap.direct_bytes + need * PAGE_SIZE;
   bool new_high = in_use > pageheap.in_use_high;
   if (new_high) pageheap.in_use_high = in_use;
   zero->lo = zero->hi = 0;
-  span_t *span = pageheap_find(&pageheap.backed, need);
+  span_t *span = aligned ? pageheap_find_aligned(&pageheap.backed, npages, align_pages) : pageheap_find(&pageheap.backed, need);
   if (span == NULL && !aligned) span = pageheap_join(need, zero);
   if (span == NULL && new_high && need >= PAGEHEAP_GROWTH_RELEASE_PAGES) pageheap_release_for_growth(need);
-  if (span == NULL) span = pageheap_find(&pageheap.released, need);
+  if (span == NULL) span = aligned ? pageheap_find_aligned(&pageheap.released, npages, align_pages) : pageheap_find(&pageheap.released, need);
   if (span == NULL && grow && pageheap_grow(need)) span = pageheap_find(&pageheap.released, need);
   if (span != NULL && span->state == SPAN_FREE_RELEASED) zero->lo = span->start, zero->hi = pageheap_span_end(span);
   return span;
@@ -539,7 +575,6 @@ bool pageheap_would_fault_at_high(size_t npages) {
 
 span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, zero_range_t *zero) {
   if (npages == 0 || npages > UINT32_MAX || align_pages > UINT32_MAX) return NULL;
-  size_t need = npages + align_pages - 1;
   /* Huge blocks, and blocks whose alignment is larger than a chunk (memalign(1 TiB, 100)), get a
    * mapping of their own unless a free span already has room: the page heap never grows by more
    * than the block itself, so an impossible request fails before anything lasting is reserved. */
@@ -549,7 +584,7 @@ span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, ze
   uint64_t now = os_now_ms();
   pageheap_decay(now);
   zero_range_t found_zero;
-  span_t *span = pageheap_find_any(need, align_pages > 1, !own_mapping, &found_zero);
+  span_t *span = pageheap_find_any(npages, align_pages, !own_mapping, &found_zero);
   if (span == NULL) {
     span = own_mapping ? pageheap_alloc_direct(npages, align_pages) : NULL;
     pthread_mutex_unlock(&pageheap.lock);
