@@ -245,6 +245,24 @@ int main(void) {
   CHECK(rest != NULL && rest->state == SPAN_FREE_RELEASED && rest->npages == right_pages - 100);
   if (grown) pageheap_free(grown);
 
+  /* An aligned request, and a backed span between released neighbours that has room for it from
+   * its own start (aligned) but not from any start (npages + align - 1 pages): taken, its pages
+   * reused, where fresh pages were taken before (the hardened build's 1 MiB blocks at 1 MiB, freed
+   * and asked for again after malloc_trim, each came from new pages). */
+  pageheap_release_all(); /* no other backed span can serve the request */
+  span_t *aligned = pageheap_alloc(128, 128, 0, NULL);
+  CHECK(aligned != NULL && aligned->start % (128 * PAGE_SIZE) == 0);
+  uintptr_t aligned_start = aligned ? aligned->start : 0;
+  if (aligned) memset((void *)aligned_start, 0x55, 128 * PAGE_SIZE);
+  if (aligned) pageheap_free(aligned);
+  span_t *freed = free_span_at(aligned_start);
+  CHECK(freed != NULL && freed->state == SPAN_FREE_BACKED && freed->npages < 128 + 127);
+  span_t *again_aligned = pageheap_alloc(128, 128, 0, &zero);
+  CHECK(again_aligned != NULL && again_aligned->start == aligned_start);
+  CHECK(zero.lo == zero.hi); /* backed: nothing known to read as zero */
+  CHECK(((unsigned char *)aligned_start)[0] == 0x55);
+  if (again_aligned) pageheap_free(again_aligned);
+
   test_free_block_checked();
   return tu_summary("pageheap");
 }
