@@ -152,27 +152,27 @@ static span_t *pageheap_find(free_set_t *set, size_t npages) {
   return best;
 }
 
-/* How many free spans pageheap_find_aligned looks at, at most: it runs under the lock, for aligned
+/* How many free spans pageheap_find_fit looks at, at most: it runs under the lock, for aligned
  * requests only. */
 #define PAGEHEAP_ALIGNED_SCAN 64
 
 /* Whether span s has room for npages pages from its first align-aligned address. */
 static bool pageheap_fits_aligned(const span_t *s, size_t npages, uintptr_t align) {
   uintptr_t start = (s->start + align - 1) & ~(align - 1);
-  return start >= s->start && start < pageheap_span_end(s) &&
-         (pageheap_span_end(s) - start) / PAGE_SIZE >= npages;
+  return start + npages * PAGE_SIZE <= pageheap_span_end(s);
 }
 
-/* The free span of `set` that best fits npages pages at an align_pages-aligned start, or NULL.
- * pageheap_find(set, npages + align_pages - 1) finds one that has room wherever it starts; a
- * shorter span whose start happens to suit fits too, and is the one the program just freed when it
- * frees and asks again for an aligned block: the hardened build's 1 MiB blocks at 1 MiB alignment
- * (129 pages with their guard) each came from fresh pages 2 MiB further on, and 400 turns of one
- * after malloc_trim left the process at 68 MB of RSS (the freed ones, each between released
- * neighbours, fit no worst case) where the default build, whose freed blocks merged, stayed at
- * 3.9 MB (2.9 MB now, both). The shorter spans are looked at first, shortest first
- * (PAGEHEAP_ALIGNED_SCAN of them at most). */
-static span_t *pageheap_find_aligned(free_set_t *set, size_t npages, size_t align_pages) {
+/* The free span of `set` that best fits npages pages at an align_pages-aligned start, or NULL
+ * (align_pages 1: pageheap_find). pageheap_find(set, npages + align_pages - 1) finds one that has
+ * room wherever it starts; a shorter span whose start happens to suit fits too, and is the one the
+ * program just freed when it frees and asks again for an aligned block: the hardened build's 1 MiB
+ * blocks at 1 MiB alignment (129 pages with their guard) each came from fresh pages 2 MiB further
+ * on, and 400 turns of one after malloc_trim left the process at 68 MB of RSS (the freed ones,
+ * each between released neighbours, fit no worst case) where the default build, whose freed
+ * blocks merged, stayed at 3.9 MB (2.9 MB now, both). The shorter spans are looked at first,
+ * shortest first (PAGEHEAP_ALIGNED_SCAN of them at most). */
+static span_t *pageheap_find_fit(free_set_t *set, size_t npages, size_t align_pages) {
+  if (align_pages == 1) return pageheap_find(set, npages);
   size_t need = npages + align_pages - 1;
   uintptr_t align = (uintptr_t)align_pages * PAGE_SIZE;
   size_t looked = 0;
@@ -552,16 +552,15 @@ static void pageheap_release_for_growth(size_t need) {
  * a joined one). Requires the lock. */
 static span_t *pageheap_find_any(size_t npages, size_t align_pages, bool grow, zero_range_t *zero) {
   size_t need = npages + align_pages - 1; /* with room for any start */
-  bool aligned = align_pages > 1;
   size_t in_use = pageheap.small_span_bytes + pageheap.large_bytes + pageheap.direct_bytes + need * PAGE_SIZE;
   bool new_high = in_use > pageheap.in_use_high;
   if (new_high) pageheap.in_use_high = in_use;
   zero->lo = zero->hi = 0;
-  span_t *span = aligned ? pageheap_find_aligned(&pageheap.backed, npages, align_pages) : pageheap_find(&pageheap.backed, need);
-  if (span == NULL && !aligned) span = pageheap_join(need, zero);
+  span_t *span = pageheap_find_fit(&pageheap.backed, npages, align_pages);
+  if (span == NULL && align_pages == 1) span = pageheap_join(need, zero);
   if (span == NULL && new_high && need >= PAGEHEAP_GROWTH_RELEASE_PAGES) pageheap_release_for_growth(need);
-  if (span == NULL) span = aligned ? pageheap_find_aligned(&pageheap.released, npages, align_pages) : pageheap_find(&pageheap.released, need);
-  if (span == NULL && grow && pageheap_grow(need)) span = pageheap_find(&pageheap.released, need);
+  if (span == NULL) span = pageheap_find_fit(&pageheap.released, npages, align_pages);
+  if (span == NULL && grow && pageheap_grow(need)) span = pageheap_find_fit(&pageheap.released, npages, align_pages);
   if (span != NULL && span->state == SPAN_FREE_RELEASED) zero->lo = span->start, zero->hi = pageheap_span_end(span);
   return span;
 }
