@@ -1,0 +1,171 @@
+/* Taking back thread caches while their owners run (src/tcache_window.h): worker threads stay on
+ * the fast paths (pairs and short bursts of malloc and free of a few small sizes, so that their
+ * caches serve nearly every call) while another thread calls malloc_trim(0) in a loop, which takes
+ * every other thread's cache that is not inside a slow path at that moment: the lists of a thread
+ * that may be in the middle of a pop or a push, the case the protocol's stops, membarrier(2) calls
+ * and chain walks exist for. unit-reclaim stops one pop and one push by hand at each point; this
+ * runs the real interleavings, millions of operations against thousands of takes, on more threads
+ * than cores so that owners are preempted anywhere in their pops and pushes.
+ *
+ * A take that got it wrong hands one block to two owners (an object popped in flight also sent to
+ * the central list), or loses the link of a chain: every object is filled with a pattern of its
+ * owner and sequence number and checked before it is freed, and each worker keeps a few objects
+ * for thousands of operations, checked now and then, so that a block handed out twice shows as a
+ * byte of another owner (reported with the thread, size and offset); a damaged list stops the
+ * process in qmalloc's own checks. The test also requires that takes happened (the statistics'
+ * idle_reclaims and the trims counted), so that it cannot pass without exercising them.
+ *
+ * usage: stress_take_race [--smoke] [--threads N] [--ops N] */
+#include <malloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "qmalloc.h"
+#include "testutil.h"
+
+#define KEEP 8    /* long-lived objects per worker */
+#define BURST 24  /* at most this many objects live in a burst */
+
+static const size_t sizes[] = {16, 24, 48, 64, 100, 128, 256, 512, 1000, 2048, 4000, 8192};
+#define NSIZES (sizeof sizes / sizeof sizes[0])
+
+static int n_threads = 8;
+static long n_ops = 400000;
+static atomic_int workers_left;
+static atomic_long corrupt_objects, trims;
+
+typedef struct {
+  uint64_t *p;
+  size_t size;
+  uint64_t tag; /* owner << 48 | sequence */
+} object_t;
+
+static uint64_t next_random(uint64_t *state) {
+  *state ^= *state << 13;
+  *state ^= *state >> 7;
+  *state ^= *state << 17;
+  return *state;
+}
+
+/* Every 8-byte word of the object: its tag mixed with the word's index. */
+static void fill(object_t *o) {
+  for (size_t i = 0; i < o->size / 8; i++) o->p[i] = o->tag ^ (i * 0x9e3779b97f4a7c15ull);
+}
+
+static void verify(int thread, const object_t *o, const char *when) {
+  for (size_t i = 0; i < o->size / 8; i++) {
+    if (o->p[i] != (o->tag ^ (i * 0x9e3779b97f4a7c15ull))) {
+      if (atomic_fetch_add(&corrupt_objects, 1) < 10)
+        fprintf(stderr, "thread %d: object %p of %zu bytes (%s) holds %#llx at word %zu, expected %#llx\n", thread,
+                (void *)o->p, o->size, when, (unsigned long long)o->p[i], i,
+                (unsigned long long)(o->tag ^ (i * 0x9e3779b97f4a7c15ull)));
+      return;
+    }
+  }
+}
+
+static int make(object_t *o, size_t size, uint64_t tag) {
+  o->p = malloc(size);
+  if (o->p == NULL) return 0;
+  o->size = size;
+  o->tag = tag;
+  fill(o);
+  return 1;
+}
+
+static void *worker_main(void *arg) {
+  int id = (int)(intptr_t)arg;
+  uint64_t rng = 0x2545f4914f6cdd1dull * (uint64_t)(id + 1), seq = 0;
+  object_t keep[KEEP], burst[BURST];
+  for (int k = 0; k < KEEP; k++)
+    if (!make(&keep[k], sizes[k % NSIZES], ((uint64_t)id << 48) | ++seq)) abort();
+  for (long op = 0; op < n_ops;) {
+    uint64_t r = next_random(&rng);
+    size_t size = sizes[r % NSIZES];
+    if ((r >> 8) % 4 != 0) { /* a pair: the list's head and count end where they began */
+      object_t o;
+      if (!make(&o, size, ((uint64_t)id << 48) | ++seq)) abort();
+      verify(id, &o, "pair");
+      free(o.p);
+      op += 2;
+    } else { /* a burst, freed in another order */
+      int n = 1 + (int)((r >> 16) % BURST);
+      for (int i = 0; i < n; i++)
+        if (!make(&burst[i], sizes[(r >> (20 + i % 40)) % NSIZES], ((uint64_t)id << 48) | ++seq)) abort();
+      for (int i = n - 1; i >= 0; i--) /* the odd ones last first, then the even ones first first */
+        if (i % 2 == 1) verify(id, &burst[i], "burst"), free(burst[i].p);
+      for (int i = 0; i < n; i++)
+        if (i % 2 == 0) verify(id, &burst[i], "burst"), free(burst[i].p);
+      op += 2 * n;
+    }
+    if ((r >> 40) % 512 == 0) { /* now and then: check the long-lived ones, and renew one */
+      for (int k = 0; k < KEEP; k++) verify(id, &keep[k], "kept");
+      int k = (int)((r >> 50) % KEEP);
+      free(keep[k].p);
+      if (!make(&keep[k], size, ((uint64_t)id << 48) | ++seq)) abort();
+    }
+  }
+  for (int k = 0; k < KEEP; k++) verify(id, &keep[k], "kept, at the end"), free(keep[k].p);
+  atomic_fetch_sub(&workers_left, 1);
+  return NULL;
+}
+
+static void *trimmer_main(void *arg) {
+  (void)arg;
+  while (atomic_load(&workers_left) > 0) {
+    malloc_trim(0);
+    atomic_fetch_add(&trims, 1);
+  }
+  return NULL;
+}
+
+/* One field of qmalloc's JSON statistics, read back through a memory file. */
+static long long stats_field(const char *name) {
+  int fd = memfd_create("stats", 0);
+  if (fd < 0) return -1;
+  qm_stats_print(fd, QM_STATS_JSON);
+  static char text[1 << 16];
+  ssize_t n = pread(fd, text, sizeof text - 1, 0);
+  close(fd);
+  if (n <= 0) return -1;
+  text[n] = 0;
+  char key[64];
+  snprintf(key, sizeof key, "\"%s\": ", name);
+  const char *at = strstr(text, key);
+  return at ? atoll(at + strlen(key)) : -1;
+}
+
+int main(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--smoke") == 0) n_threads = 6, n_ops = 150000;
+    else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) n_threads = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--ops") == 0 && i + 1 < argc) n_ops = atol(argv[++i]);
+    else {
+      fprintf(stderr, "usage: %s [--smoke] [--threads N] [--ops N]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (n_threads < 1 || n_threads > 256 || n_ops < 1) {
+    fprintf(stderr, "%s: --threads must be 1..256 and --ops positive\n", argv[0]);
+    return 2;
+  }
+  long long reclaims_before = stats_field("idle_reclaims");
+  pthread_t workers[256], trimmer;
+  atomic_store(&workers_left, n_threads);
+  for (int t = 0; t < n_threads; t++) CHECK(pthread_create(&workers[t], NULL, worker_main, (void *)(intptr_t)t) == 0);
+  CHECK(pthread_create(&trimmer, NULL, trimmer_main, NULL) == 0);
+  for (int t = 0; t < n_threads; t++) pthread_join(workers[t], NULL);
+  pthread_join(trimmer, NULL);
+  long long reclaims = stats_field("idle_reclaims") - reclaims_before;
+  printf("take_race: %d threads x %ld operations, %ld trims, %lld caches taken\n", n_threads, n_ops,
+         atomic_load(&trims), reclaims);
+  CHECK_EQ(atomic_load(&corrupt_objects), 0);
+  CHECK_MSG(atomic_load(&trims) >= 10, "only %ld trims ran beside the workers", atomic_load(&trims));
+  /* Takes need membarrier(2) (tcache_reclaim_available); on a kernel without it there are none. */
+  CHECK_MSG(reclaims >= 10, "only %lld caches were taken while their owners ran", reclaims);
+  return tu_summary("take_race");
+}
