@@ -5,7 +5,8 @@
  * that may be in the middle of a pop or a push, the case the protocol's stops, membarrier(2) calls
  * and chain walks exist for. unit-reclaim stops one pop and one push by hand at each point; this
  * runs the real interleavings, millions of operations against thousands of takes, on more threads
- * than cores so that owners are preempted anywhere in their pops and pushes.
+ * than cores so that owners are preempted anywhere in their pops and pushes, in three rounds of
+ * threads, so that threads also end (handing their caches over) and start while takes run.
  *
  * A take that got it wrong hands one block to two owners (an object popped in flight also sent to
  * the central list), or loses the link of a chain: every object is filled with a pattern of its
@@ -29,12 +30,13 @@
 
 #define KEEP 8    /* long-lived objects per worker */
 #define BURST 24  /* at most this many objects live in a burst */
+#define ROUNDS 3  /* of n_threads workers each, one after the other, each doing n_ops operations */
 
 static const size_t sizes[] = {16, 24, 48, 64, 100, 128, 256, 512, 1000, 2048, 4000, 8192};
 #define NSIZES (sizeof sizes / sizeof sizes[0])
 
 static int n_threads = 8;
-static long n_ops = 400000;
+static long n_ops = 300000;
 static atomic_int workers_left;
 static atomic_long corrupt_objects, trims;
 
@@ -141,7 +143,7 @@ static long long stats_field(const char *name) {
 
 int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--smoke") == 0) n_threads = 6, n_ops = 150000;
+    if (strcmp(argv[i], "--smoke") == 0) n_threads = 6, n_ops = 100000;
     else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) n_threads = atoi(argv[++i]);
     else if (strcmp(argv[i], "--ops") == 0 && i + 1 < argc) n_ops = atol(argv[++i]);
     else {
@@ -155,13 +157,17 @@ int main(int argc, char **argv) {
   }
   long long reclaims_before = stats_field("idle_reclaims");
   pthread_t workers[256], trimmer;
-  atomic_store(&workers_left, n_threads);
-  for (int t = 0; t < n_threads; t++) CHECK(pthread_create(&workers[t], NULL, worker_main, (void *)(intptr_t)t) == 0);
+  atomic_store(&workers_left, n_threads * ROUNDS);
   CHECK(pthread_create(&trimmer, NULL, trimmer_main, NULL) == 0);
-  for (int t = 0; t < n_threads; t++) pthread_join(workers[t], NULL);
+  for (int round = 0; round < ROUNDS; round++) { /* threads end and start while caches are taken */
+    for (int t = 0; t < n_threads; t++)
+      CHECK(pthread_create(&workers[t], NULL, worker_main, (void *)(intptr_t)(round * n_threads + t)) == 0);
+    for (int t = 0; t < n_threads; t++) pthread_join(workers[t], NULL);
+  }
   pthread_join(trimmer, NULL);
   long long reclaims = stats_field("idle_reclaims") - reclaims_before;
-  printf("take_race: %d threads x %ld operations, %ld trims, %lld caches taken\n", n_threads, n_ops,
+  printf("take_race: %d rounds of %d threads, %ld operations each thread, %ld trims, %lld caches taken\n", ROUNDS,
+         n_threads, n_ops,
          atomic_load(&trims), reclaims);
   CHECK_EQ(atomic_load(&corrupt_objects), 0);
   CHECK_MSG(atomic_load(&trims) >= 10, "only %ld trims ran beside the workers", atomic_load(&trims));
