@@ -77,6 +77,7 @@ declare -A args=(
   [stress_thread_churn]="--threads 400"
   [stress_fork]="--forks 16 ${fork_args[*]}"
   [stress_huge_realloc]="--rounds 60"
+  [stress_take_race]="--smoke"
 )
 export QMALLOC_SO=$build/libqmalloc.so QM_SOURCE_DIR=$src QM_TEST_CHURN_MIB=128
 # -cpu: qemu's default "max" CPU has SVE, and glibc's SVE memset/memcpy are emulated one element
