@@ -10,13 +10,18 @@
  * (reported with thread, size, seed and offset). Seeds are fixed; thread interleaving is not, but
  * no check depends on it.
  *
- * usage: stress_stress [--smoke] [--threads N] [--ops N] [--seed N] */
+ * With --trim, one more thread calls malloc_trim(0) every half millisecond while the workers run:
+ * it takes every cache not in a slow path (src/tcache_window.h), drains the transfer caches and
+ * gives every free page back, in the middle of the workers' remote frees and handovers.
+ *
+ * usage: stress_stress [--smoke] [--threads N] [--ops N] [--seed N] [--trim] */
 #include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "qmalloc.h"
 #include "testutil.h"
@@ -51,7 +56,9 @@ typedef struct {
 } slot_t;
 
 static slot_t slots[NSLOTS];
-static atomic_long corrupt_objects, bad_results;
+static atomic_long corrupt_objects, bad_results, trims;
+static atomic_int workers_running;
+static int trim_beside;
 static int n_threads = 32;
 static long n_ops = 50000;
 static uint64_t base_seed = 20240501;
@@ -218,6 +225,16 @@ static long parse_long(const char *flag, const char *value, long min, long max) 
   return v;
 }
 
+static void *trimmer_main(void *arg) {
+  (void)arg;
+  while (atomic_load(&workers_running)) {
+    malloc_trim(0);
+    atomic_fetch_add(&trims, 1);
+    usleep(500);
+  }
+  return NULL;
+}
+
 int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--smoke")) {
@@ -229,17 +246,27 @@ int main(int argc, char **argv) {
       n_ops = parse_long("--ops", i + 1 < argc ? argv[++i] : NULL, 1, 1000000000);
     } else if (!strcmp(argv[i], "--seed")) {
       base_seed = (uint64_t)parse_long("--seed", i + 1 < argc ? argv[++i] : NULL, 0, 1L << 62);
+    } else if (!strcmp(argv[i], "--trim")) {
+      trim_beside = 1;
     } else {
-      fprintf(stderr, "stress: unknown argument '%s' (expected --smoke, --threads N, --ops N, --seed N)\n", argv[i]);
+      fprintf(stderr, "stress: unknown argument '%s' (expected --smoke, --threads N, --ops N, --seed N, --trim)\n", argv[i]);
       return 2;
     }
   }
   for (int i = 0; i < NSLOTS; i++) pthread_mutex_init(&slots[i].lock, NULL);
   pthread_t *t = malloc(sizeof(pthread_t) * (size_t)n_threads);
   int started = 0;
+  pthread_t trimmer;
+  atomic_store(&workers_running, 1);
+  if (trim_beside) CHECK(pthread_create(&trimmer, NULL, trimmer_main, NULL) == 0);
   for (int i = 0; i < n_threads; i++) started += pthread_create(&t[i], NULL, worker, (void *)(intptr_t)i) == 0;
   CHECK_EQ(started, n_threads);
   for (int i = 0; i < started; i++) pthread_join(t[i], NULL);
+  atomic_store(&workers_running, 0);
+  if (trim_beside) {
+    pthread_join(trimmer, NULL);
+    CHECK_MSG(atomic_load(&trims) >= 10, "only %ld trims ran beside the workers", atomic_load(&trims));
+  }
   free(t);
 
   long left = 0;
@@ -249,7 +276,8 @@ int main(int argc, char **argv) {
       verify(-1, &slots[i].obj, "left in a slot at the end");
       free(slots[i].obj.p);
     }
-  printf("stress: %d threads x %ld ops, %ld objects left in slots at the end\n", n_threads, n_ops, left);
+  printf("stress: %d threads x %ld ops, %ld objects left in slots at the end, %ld trims beside\n", n_threads, n_ops, left,
+         atomic_load(&trims));
   CHECK_MSG(atomic_load(&corrupt_objects) == 0, "%ld corrupt objects (first ones above)", atomic_load(&corrupt_objects));
   CHECK_MSG(atomic_load(&bad_results) == 0, "%ld bad allocation results (first ones above)", atomic_load(&bad_results));
   CHECK(left > 0); /* the slots really were used */
