@@ -219,4 +219,38 @@ static inline size_t tu_statm_bytes(int field) {
   return at ? (size_t)strtoul(at, NULL, 10) * (size_t)sysconf(_SC_PAGESIZE) : 0;
 }
 
+/* ---- a test program's numeric flags ------------------------------------------------------------
+ * A whole decimal number in [min, max], or a one-line error naming the program and the flag, and
+ * exit 2 (value NULL: the flag came last, without its number). */
+static inline long tu_parse_long(const char *prog, const char *flag, const char *value, long min, long max) {
+  char *end = NULL;
+  errno = 0;
+  long v = value ? strtol(value, &end, 10) : 0;
+  if (value == NULL || *value == '\0' || errno != 0 || *end != '\0' || v < min || v > max) {
+    fprintf(stderr, "%s: %s needs an integer in [%ld, %ld], got '%s'\n", prog, flag, min, max, value ? value : "");
+    exit(2);
+  }
+  return v;
+}
+
+/* ---- one field of qmalloc's statistics, in the process itself ----------------------------------
+ * Only where qmalloc.h was included first (programs linked with the library): the JSON statistics
+ * written to a memory file and read back; -1 if the field is missing. */
+#ifdef QMALLOC_H
+static inline long long tu_stats_field(const char *name) {
+  int fd = memfd_create("qm-stats", 0);
+  if (fd < 0) return -1;
+  qm_stats_print(fd, QM_STATS_JSON);
+  static char text[1 << 16];
+  ssize_t n = pread(fd, text, sizeof text - 1, 0);
+  close(fd);
+  if (n <= 0) return -1;
+  text[n] = '\0';
+  char key[64];
+  snprintf(key, sizeof key, "\"%s\": ", name);
+  const char *at = strstr(text, key);
+  return at ? atoll(at + strlen(key)) : -1;
+}
+#endif
+
 #endif

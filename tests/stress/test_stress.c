@@ -15,7 +15,6 @@
  * gives every free page back, in the middle of the workers' remote frees and handovers.
  *
  * usage: stress_stress [--smoke] [--threads N] [--ops N] [--seed N] [--trim] */
-#include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -214,17 +213,6 @@ static void *worker(void *arg) {
   return NULL;
 }
 
-static long parse_long(const char *flag, const char *value, long min, long max) {
-  char *end;
-  errno = 0;
-  long v = value ? strtol(value, &end, 10) : 0;
-  if (!value || errno || *end || v < min || v > max) {
-    fprintf(stderr, "stress: %s needs an integer in [%ld, %ld], got '%s'\n", flag, min, max, value ? value : "");
-    exit(2);
-  }
-  return v;
-}
-
 static void *trimmer_main(void *arg) {
   (void)arg;
   while (atomic_load(&workers_running)) {
@@ -241,11 +229,11 @@ int main(int argc, char **argv) {
       n_threads = 16;
       n_ops = 12000;
     } else if (!strcmp(argv[i], "--threads")) {
-      n_threads = (int)parse_long("--threads", i + 1 < argc ? argv[++i] : NULL, 1, 1024);
+      n_threads = (int)tu_parse_long("stress", "--threads", i + 1 < argc ? argv[++i] : NULL, 1, 1024);
     } else if (!strcmp(argv[i], "--ops")) {
-      n_ops = parse_long("--ops", i + 1 < argc ? argv[++i] : NULL, 1, 1000000000);
+      n_ops = tu_parse_long("stress", "--ops", i + 1 < argc ? argv[++i] : NULL, 1, 1000000000);
     } else if (!strcmp(argv[i], "--seed")) {
-      base_seed = (uint64_t)parse_long("--seed", i + 1 < argc ? argv[++i] : NULL, 0, 1L << 62);
+      base_seed = (uint64_t)tu_parse_long("stress", "--seed", i + 1 < argc ? argv[++i] : NULL, 0, 1L << 62);
     } else if (!strcmp(argv[i], "--trim")) {
       trim_beside = 1;
     } else {
@@ -258,6 +246,7 @@ int main(int argc, char **argv) {
   int started = 0;
   pthread_t trimmer;
   atomic_store(&workers_running, 1);
+  long long taken_before = tu_stats_field("idle_reclaims");
   if (trim_beside) CHECK(pthread_create(&trimmer, NULL, trimmer_main, NULL) == 0);
   for (int i = 0; i < n_threads; i++) started += pthread_create(&t[i], NULL, worker, (void *)(intptr_t)i) == 0;
   CHECK_EQ(started, n_threads);
@@ -265,7 +254,8 @@ int main(int argc, char **argv) {
   atomic_store(&workers_running, 0);
   if (trim_beside) {
     pthread_join(trimmer, NULL);
-    CHECK_MSG(atomic_load(&trims) >= 10, "only %ld trims ran beside the workers", atomic_load(&trims));
+    long long taken = tu_stats_field("idle_reclaims") - taken_before;
+    CHECK_MSG(taken >= 10, "only %lld caches were taken by %ld trims beside the workers", taken, atomic_load(&trims));
   }
   free(t);
 

