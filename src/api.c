@@ -277,6 +277,7 @@ static void *alloc_class(unsigned cls) {
     tcache_t *tc = tcache_open();
     void *obj = tcache_alloc_slow(tc, cls);
     tcache_close(tc);
+    release_poll(); /* outside the window, in an allocating call: may create the releaser thread */
     if (obj != NULL) return obj;
     if (!give_back_before_enomem(sizeclass_size[cls], round)) return fail_enomem();
   }
@@ -296,6 +297,7 @@ static void *alloc_large(size_t size, size_t alignment, zero_range_t *zero) {
   for (unsigned round = 0; span == NULL && give_back_before_enomem(need, round); round++)
     span = pageheap_alloc(npages, align_pages, 0, &known);
   if (span == NULL) return fail_enomem();
+  release_poll(); /* an allocating call: may create the releaser thread */
   if (qm_hardened) harden_guard_large(span);
   if (zero) *zero = known;
   if (known.lo != span->start) freelist_forget_tag((void *)span->start);
@@ -490,7 +492,6 @@ static QM_NOINLINE void free_slow(void *ptr, bool sized, size_t size) {
     free_push(ptr, b.cls);
   } else {
     free_large(b.span, ptr);
-    release_poll();
   }
 }
 

@@ -233,9 +233,13 @@ void tcache_totals(tcache_totals_t *out, size_t *objects_per_class, tcache_threa
 /* ---- release.c: the background releaser ---- */
 /* Asks for the releaser thread (something to release appeared); one load once it runs. */
 void release_request(void);
-/* Starts it if asked for. Call with no allocator lock held and outside any slow-path window (it may
- * create a thread, which allocates). */
+/* Starts it if asked for. Call only from an allocating call (malloc and the like, never free), with
+ * no allocator lock held and outside any slow-path window: it may create a thread, which allocates,
+ * and glibc frees memory while holding a lock pthread_create takes (release.c). */
 void release_poll(void);
+/* A start was asked for and waits for an allocating call: until then the page heap keeps no more
+ * than RELEASE_START_BYTES of free pages backed (pageheap_decay). */
+bool release_start_waiting(void);
 uint64_t release_wakeups(void); /* times the thread woke (statistics) */
 /* Makes the wake's condition (init_process; nothing allocated). */
 void release_init(void);

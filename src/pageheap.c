@@ -299,6 +299,8 @@ static void pageheap_decay(uint64_t now) {
   uint64_t decay = (uint64_t)option(OPTION_DECAY_MS);
   size_t retain_max = (size_t)option(OPTION_RETAIN_MAX), in_use = pageheap.small_span_bytes + pageheap.large_bytes;
   size_t retain = retain_max + (in_use < retain_max ? in_use : retain_max);
+  /* No releaser yet, and it waits for an allocating call, which may never come (release.c). */
+  if (release_start_waiting() && retain > RELEASE_START_BYTES) retain = RELEASE_START_BYTES;
   bool cap_here = pageheap.backed.bytes <= retain || retain_max == 0 || !release_wake();
   span_t *s;
   /* next_decay_ms is stored atomically: pageheap_maybe_decay reads it without the lock
@@ -788,8 +790,8 @@ static void pageheap_free_span(span_t *span, uintptr_t start) {
   span->sizeclass = 0;
   pageheap_file_freed(span, runs, nruns, now);
   if (release_now) pageheap_release_span(span, now); /* no runs asked: span is the merged span now */
+  if (pageheap.backed.bytes >= RELEASE_START_BYTES) release_request(); /* before the decay: see its floor */
   pageheap_decay(now);
-  if (pageheap.backed.bytes >= RELEASE_START_BYTES) release_request();
   pthread_mutex_unlock(&pageheap.lock);
 }
 

@@ -10,7 +10,16 @@
  *   or must stay single-threaded until it has freed much (a sandbox set up before a big free),
  *   never gets the thread; release_thread=0 turns it off. The thread is created outside any
  *   slow-path window of the calling thread (pthread_create allocates: tcache_window.h's marks must
- *   not nest), so a request made inside one waits for the window's end (tcache_close).
+ *   not nest), and only by an allocating call (release_poll: malloc's slow paths), never by a free:
+ *   glibc frees a joined thread's TLS (its DTV, a dlopen'd module's blocks) while it holds the lock
+ *   of its stack cache, which pthread_create takes too. Started from such a free, the releaser hung
+ *   the process: a forked child whose first allocator call was one (the child of a parent with a
+ *   releaser asks for its own), or a join whose frees took the free pages past the start's
+ *   threshold (api-releaser_start). glibc allocates under neither that lock nor, with a stack size
+ *   given, the other one pthread_create may take (its default attributes', release_start). While a
+ *   start waits for an allocating call, frees keep at most RELEASE_START_BYTES of free pages
+ *   backed and give back the rest at once (pageheap_decay): a program whose last calls are frees
+ *   still returns what it freed.
  * - Wakes every RELEASE_PERIOD_MS and runs the slow paths' housekeeping (tcache_housekeeping): the
  *   decay, and the idle scan every tcache_idle_ms. It allocates nothing, blocks every signal (the
  *   program's handlers never run on it), and holds no lock while it sleeps.
@@ -27,10 +36,11 @@
  *   program's exit on it, with the program's code: hence a default-sized stack (release_start).
  * - Fork: only the forking thread exists in the child, so the child marks the releaser not started,
  *   and starts its own the same lazy way (release_after_fork_child, from the fork handlers).
- * Lock: release_state.lock guards the start. Callers: pageheap.c and tcache.c (requests), tcache.c
- * and api.c (polls, outside windows), init.c (fork), api.c (release_all_free, for malloc_trim). */
+ * Lock: release_state.lock guards the start. Callers: pageheap.c and tcache.c (requests), api.c
+ * (polls, in allocating calls, outside windows), init.c (fork), api.c (release_all_free, for malloc_trim). */
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "internal.h"
@@ -137,16 +147,28 @@ void release_init(void) {
   pthread_condattr_destroy(&attr);
 }
 
+static size_t release_stack_size(void) {
+  struct rlimit limit;
+  size_t size = (size_t)8 << 20; /* an unlimited RLIMIT_STACK: glibc takes its own default, 2-8 MiB */
+  if (getrlimit(RLIMIT_STACK, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) size = (size_t)limit.rlim_cur;
+  if (size < (size_t)1 << 20) size = (size_t)1 << 20;
+  if (size > (size_t)1 << 30) size = (size_t)1 << 30;
+  return size;
+}
+
 static void release_start(void) {
   if (pthread_mutex_trylock(&release_state.lock) != 0) return; /* another thread is starting it */
   if (!release_state.started) {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    /* The default stack, a program thread's: when the releaser is the process's last thread,
-     * glibc runs the program's exit (atexit handlers, C++ destructors) on it (release_stop). On
-     * 64 KiB, an exit handler using 256 KiB of stack crashed (preload-last_thread). The pages it
-     * does not touch are address space only. */
+    /* A program thread's stack size, as glibc sets its default: when the releaser is the process's
+     * last thread, glibc runs the program's exit (atexit handlers, C++ destructors) on it
+     * (release_stop). On 64 KiB, an exit handler using 256 KiB of stack crashed
+     * (preload-last_thread). The pages it does not touch are address space only. Given here rather
+     * than left 0: with 0, pthread_create reads the default under a lock that glibc holds while
+     * it allocates (copying default attributes a program set with pthread_setattr_default_np). */
+    pthread_attr_setstacksize(&attr, release_stack_size());
     pthread_t thread;
     bool was = prof_suspend(); /* its allocations are qmalloc's, not the program's: no samples */
     /* Marked started even if pthread_create fails: the program runs on as before (slow paths do
@@ -173,6 +195,10 @@ bool release_wake(void) {
 void release_request(void) {
   if (!__atomic_load_n(&release_state.started, __ATOMIC_ACQUIRE) && option(OPTION_RELEASE_THREAD))
     __atomic_store_n(&release_state.requested, true, __ATOMIC_RELAXED);
+}
+
+bool release_start_waiting(void) {
+  return __atomic_load_n(&release_state.requested, __ATOMIC_RELAXED) && !__atomic_load_n(&release_state.started, __ATOMIC_ACQUIRE);
 }
 
 void release_poll(void) {

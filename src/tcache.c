@@ -198,10 +198,7 @@ tcache_t *tcache_open(void) {
   return tc;
 }
 
-void tcache_close(tcache_t *tc) {
-  window_leave(tc);
-  release_poll(); /* outside the window: may create the releaser thread */
-}
+void tcache_close(tcache_t *tc) { window_leave(tc); }
 
 static void tcache_flush_all(tcache_t *tc) {
   for (unsigned cls = 1; cls < SIZECLASS_COUNT; cls++) tcache_release_all_of(&tc->lists[cls], cls);
