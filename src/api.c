@@ -291,13 +291,13 @@ static void *alloc_large(size_t size, size_t alignment, zero_range_t *zero) {
   if (qm_hardened) npages++; /* a guard page after the block */
   size_t align_pages = alignment > PAGE_SIZE ? alignment >> PAGE_SHIFT : 1;
   zero_range_t known;
+  release_poll(); /* an allocating call: may create the releaser thread, before the page heap's work */
   if (npages >= PAGEHEAP_GROWTH_RELEASE_PAGES) tcache_flush_for_growth(npages);
   span_t *span = pageheap_alloc(npages, align_pages, 0, &known);
   size_t need = alignment > SIZE_MAX - size ? SIZE_MAX : size + alignment; /* at most, with its alignment */
   for (unsigned round = 0; span == NULL && give_back_before_enomem(need, round); round++)
     span = pageheap_alloc(npages, align_pages, 0, &known);
   if (span == NULL) return fail_enomem();
-  release_poll(); /* an allocating call: may create the releaser thread */
   if (qm_hardened) harden_guard_large(span);
   if (zero) *zero = known;
   if (known.lo != span->start) freelist_forget_tag((void *)span->start);

@@ -237,9 +237,6 @@ void release_request(void);
  * no allocator lock held and outside any slow-path window: it may create a thread, which allocates,
  * and glibc frees memory while holding a lock pthread_create takes (release.c). */
 void release_poll(void);
-/* A start was asked for and waits for an allocating call: until then the page heap keeps no more
- * than RELEASE_START_BYTES of free pages backed (pageheap_decay). */
-bool release_start_waiting(void);
 uint64_t release_wakeups(void); /* times the thread woke (statistics) */
 /* Makes the wake's condition (init_process; nothing allocated). */
 void release_init(void);

@@ -299,8 +299,6 @@ static void pageheap_decay(uint64_t now) {
   uint64_t decay = (uint64_t)option(OPTION_DECAY_MS);
   size_t retain_max = (size_t)option(OPTION_RETAIN_MAX), in_use = pageheap.small_span_bytes + pageheap.large_bytes;
   size_t retain = retain_max + (in_use < retain_max ? in_use : retain_max);
-  /* No releaser yet, and it waits for an allocating call, which may never come (release.c). */
-  if (release_start_waiting() && retain > RELEASE_START_BYTES) retain = RELEASE_START_BYTES;
   bool cap_here = pageheap.backed.bytes <= retain || retain_max == 0 || !release_wake();
   span_t *s;
   /* next_decay_ms is stored atomically: pageheap_maybe_decay reads it without the lock
@@ -554,9 +552,11 @@ static void pageheap_release_for_growth(size_t need) {
  * a joined one). Requires the lock. */
 static span_t *pageheap_find_any(size_t npages, size_t align_pages, bool grow, zero_range_t *zero) {
   size_t need = npages + align_pages - 1; /* with room for any start */
-  size_t in_use = pageheap.small_span_bytes + pageheap.large_bytes + pageheap.direct_bytes + need * PAGE_SIZE;
+  /* The high counts the pages the request takes, not its alignment's slack, and only once it is
+   * served: a refused malloc(16 TiB) or memalign(1 TiB) left a high no later growth reached, and
+   * the release before a growth never ran again (a 60-step growth peaked 12 MB higher). */
+  size_t in_use = pageheap.small_span_bytes + pageheap.large_bytes + pageheap.direct_bytes + npages * PAGE_SIZE;
   bool new_high = in_use > pageheap.in_use_high;
-  if (new_high) pageheap.in_use_high = in_use;
   zero->lo = zero->hi = 0;
   span_t *span = pageheap_find_fit(&pageheap.backed, npages, align_pages);
   if (span == NULL && align_pages == 1) span = pageheap_join(need, zero);
@@ -564,6 +564,7 @@ static span_t *pageheap_find_any(size_t npages, size_t align_pages, bool grow, z
   if (span == NULL) span = pageheap_find_fit(&pageheap.released, npages, align_pages);
   if (span == NULL && grow && pageheap_grow(need)) span = pageheap_find_fit(&pageheap.released, npages, align_pages);
   if (span != NULL && span->state == SPAN_FREE_RELEASED) zero->lo = span->start, zero->hi = pageheap_span_end(span);
+  if (span != NULL && new_high) pageheap.in_use_high = in_use;
   return span;
 }
 
@@ -790,8 +791,8 @@ static void pageheap_free_span(span_t *span, uintptr_t start) {
   span->sizeclass = 0;
   pageheap_file_freed(span, runs, nruns, now);
   if (release_now) pageheap_release_span(span, now); /* no runs asked: span is the merged span now */
-  if (pageheap.backed.bytes >= RELEASE_START_BYTES) release_request(); /* before the decay: see its floor */
   pageheap_decay(now);
+  if (pageheap.backed.bytes >= RELEASE_START_BYTES) release_request();
   pthread_mutex_unlock(&pageheap.lock);
 }
 

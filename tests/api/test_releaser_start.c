@@ -7,9 +7,9 @@
  *    for a releaser of its own) joins a thread, and glibc, its stack cache over 40 MiB with the
  *    parent's inherited stacks, frees their DTVs: the child's first allocator calls. It must end,
  *    and an allocation must then start its releaser;
- *  - frees: one thread allocates 64 MiB of large blocks, frees them and makes no further call; the
- *    start waits for an allocation that never comes, so the frees must give the pages back
- *    themselves (RSS within 12 MiB of the start, not the 64 MiB the retain cap would keep).
+ *  - frees: one thread allocates 64 MiB of large blocks and frees them, which asks for a releaser
+ *    but cannot start it; its next allocation starts it, and RSS must then come back to within
+ *    12 MiB of the start with no further call (bounded by 20 s; the decay is 250 ms).
  * The third case, a dlopen'd module's TLS, runs preloaded: preload-releaser_tls. */
 #include <dirent.h>
 #include <pthread.h>
@@ -123,11 +123,17 @@ static int case_frees(void) {
     if (blocks[i] != NULL) memset(blocks[i], 0x5a, 1 << 20);
   }
   size_t peak = tu_statm_bytes(1);
-  for (int i = 0; i < BLOCKS; i++) free(blocks[i]);
-  size_t after = tu_statm_bytes(1); /* no allocator call since the frees */
   CHECK_MSG(peak > base + (48u << 20), "the blocks did not grow RSS (%zu -> %zu)", base, peak);
-  CHECK_MSG(after < base + (12u << 20), "RSS %zu MiB above the start after the frees (peak %zu MiB above)",
-            (after - base) >> 20, (peak - base) >> 20);
+  for (int i = 0; i < BLOCKS; i++) free(blocks[i]);
+  void *volatile one = malloc(1 << 20); /* the allocating call that starts the releaser */
+  free(one);
+  size_t now = peak;
+  for (int waited = 0; waited < 2000 && now >= base + (12u << 20); waited++) {
+    sleep_ms(10);
+    now = tu_statm_bytes(1);
+  }
+  CHECK_MSG(now < base + (12u << 20), "RSS %zu MiB above the start 20 s after the frees (peak %zu MiB above)",
+            (now - base) >> 20, (peak - base) >> 20);
   return tu_summary("api-releaser_start (frees)");
 }
 
