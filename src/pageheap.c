@@ -554,7 +554,8 @@ static span_t *pageheap_find_any(size_t npages, size_t align_pages, bool grow, z
   size_t need = npages + align_pages - 1; /* with room for any start */
   /* The high counts the pages the request takes, not its alignment's slack, and only once it is
    * served: a refused malloc(16 TiB) or memalign(1 TiB) left a high no later growth reached, and
-   * the release before a growth never ran again (a 60-step growth peaked 12 MB higher). */
+   * the release before a growth stopped running (a 60-step growth then peaked at 135-145 MiB, not
+   * 120). */
   size_t in_use = pageheap.small_span_bytes + pageheap.large_bytes + pageheap.direct_bytes + npages * PAGE_SIZE;
   bool new_high = in_use > pageheap.in_use_high;
   zero->lo = zero->hi = 0;

@@ -20,7 +20,7 @@
  *   price: a program whose last allocator calls are frees, and that never had the thread, keeps
  *   what the retain cap allows of them (docs/design.md). Started before the call's page-heap work,
  *   as it was from the free before it: after it, the growth loops of the release before a growth
- *   kept more (a 60-step growth peaked at 139-147 MB instead of 120).
+ *   kept more (a 60-step growth peaked at 137-143 MiB instead of 120).
  * - Wakes every RELEASE_PERIOD_MS and runs the slow paths' housekeeping (tcache_housekeeping): the
  *   decay, and the idle scan every tcache_idle_ms. It allocates nothing, blocks every signal (the
  *   program's handlers never run on it), and holds no lock while it sleeps.
