@@ -216,6 +216,9 @@ static bool options_in_range(const option_info_t *info, long long v) {
     return false;
   if (info->type == OPTION_TYPE_POW2 && (v & (v - 1)) != 0)
     return false;
+  /* A page size: 0 (the kernel's) or a power of two; 3K was taken and did nothing (os_page_size). */
+  if (info == &options_table[OPTION_OS_PAGE] && (v & (v - 1)) != 0)
+    return false;
   return true;
 }
 
@@ -294,6 +297,8 @@ size_t options_format_range(option_id_t id, char *buf, size_t cap) {
   char lo[24], hi[24];
   options_format_value(id, info->min, lo, sizeof lo);
   options_format_value(id, info->max, hi, sizeof hi);
+  if (id == OPTION_OS_PAGE)
+    return log_format(buf, cap, "0 or a power of two up to %s", hi);
   return log_format(buf, cap, "%s..%s", lo, hi);
 }
 

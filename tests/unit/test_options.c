@@ -292,6 +292,14 @@ static void test_bad_values(void) {
   for (size_t i = 0; i < sizeof bad_align / sizeof bad_align[0]; i++)
     expect_rejected("min_align", bad_align[i]);
 
+  /* A page size is 0 (the kernel's) or a power of two: 3K was taken and did nothing. */
+  static const char *const bad_page[] = {"3K", "12K", "100", "65K", "128K"};
+  for (size_t i = 0; i < sizeof bad_page / sizeof bad_page[0]; i++)
+    expect_rejected("os_page", bad_page[i]);
+  expect_accepted("os_page", "0", 0);
+  expect_accepted("os_page", "64K", 64 << 10);
+  expect_accepted("os_page", "16K", 16 << 10);
+
   /* Unknown option name through options_set. */
   capture_begin();
   bool ok = options_set("no_such", 7, "1", 1, "mallopt");
@@ -344,13 +352,16 @@ static void test_warning_text(void) {
   setenv("QMALLOC_TCACHE_MAX", "1K", 1);
   setenv("QMALLOC_VERBOSE", "maybe", 1);
   setenv("QMALLOC_TRANSFER_BATCH", "0", 1);
+  setenv("QMALLOC_OS_PAGE", "3K", 1);
   out = reinit();
   CHECK(strstr(out, "qmalloc: warning: QMALLOC_TCACHE_MAX=1K is not valid (expected bytes 64K..1G); using 16M\n"));
+  CHECK(strstr(out, "qmalloc: warning: QMALLOC_OS_PAGE=3K is not valid "
+                    "(expected bytes 0 or a power of two up to 64K); using 0\n"));
   CHECK(strstr(out, "qmalloc: warning: QMALLOC_VERBOSE=maybe is not valid "
                     "(expected 0/1, true/false, yes/no, on/off); using false\n"));
   CHECK(strstr(out, "qmalloc: warning: QMALLOC_TRANSFER_BATCH=0 is not valid "
                     "(expected an integer 1..1024); using 16\n"));
-  CHECK_EQ(count_lines(out), 3);
+  CHECK_EQ(count_lines(out), 4);
 
   /* A hostile value stays on one line and is cut short. */
   clear_qmalloc_environment();
