@@ -19,8 +19,8 @@
  *   given, the other one pthread_create may take (its default attributes', release_start). The
  *   price: a program whose last allocator calls are frees, and that never had the thread, keeps
  *   what the retain cap allows of them (docs/design.md). Started before the call's page-heap work,
- *   as it was from the free before it: after it, the growth loops of the release before a growth
- *   kept more (a 60-step growth peaked at 137-143 MiB instead of 120).
+ *   as it was from the free before it: started after it, the release before a growth ran
+ *   differently from then on (a 60-step growth peaked at 137-143 MiB instead of 120).
  * - Wakes every RELEASE_PERIOD_MS and runs the slow paths' housekeeping (tcache_housekeeping): the
  *   decay, and the idle scan every tcache_idle_ms. It allocates nothing, blocks every signal (the
  *   program's handlers never run on it), and holds no lock while it sleeps.
@@ -38,7 +38,8 @@
  * - Fork: only the forking thread exists in the child, so the child marks the releaser not started,
  *   and starts its own the same lazy way (release_after_fork_child, from the fork handlers).
  * Lock: release_state.lock guards the start. Callers: pageheap.c and tcache.c (requests), api.c
- * (polls, in allocating calls, outside windows), init.c (fork), api.c (release_all_free, for malloc_trim). */
+ * (polls, in allocating calls, outside windows), init.c (fork), api.c (release_all_free, for
+ * malloc_trim). */
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -168,7 +169,8 @@ static void release_start(void) {
      * (release_stop). On 64 KiB, an exit handler using 256 KiB of stack crashed
      * (preload-last_thread). The pages it does not touch are address space only. Given here rather
      * than left 0: with 0, pthread_create reads the default under a lock that glibc holds while
-     * it allocates (copying default attributes a program set with pthread_setattr_default_np). */
+     * it allocates (copying default attributes a program set with pthread_setattr_default_np;
+     * read in glibc 2.36's source, not reproduced). */
     pthread_attr_setstacksize(&attr, release_stack_size());
     pthread_t thread;
     bool was = prof_suspend(); /* its allocations are qmalloc's, not the program's: no samples */
