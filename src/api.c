@@ -451,6 +451,7 @@ static size_t block_usable(block_t b) {
 /* list: this thread's list of the object's class (its class is its index: the fast path need not
  * keep the class in a register for this call). */
 static QM_NOINLINE void free_push_slow(void *ptr, tcache_fast_list_t *list) {
+  const void *ret = __builtin_return_address(0); /* free's caller: the fast path jumps here */
   if (freelist_tagged(ptr, freelist_key(ptr))) check_fail_double_free("free()", ptr);
 #if QM_FAST_LIST_IN_FS
   unsigned cls = (unsigned)(((uintptr_t)list - tcache_tls_offset()) / sizeof(tcache_list_t));
@@ -460,6 +461,7 @@ static QM_NOINLINE void free_push_slow(void *ptr, tcache_fast_list_t *list) {
   tcache_t *tc = tcache_open();
   tcache_free_slow(tc, ptr, cls);
   tcache_close(tc);
+  release_poll_in_free(ret);
 }
 
 /* A pointer that is not a live block start, explained: inside a free span of the page heap at a
@@ -485,6 +487,7 @@ static QM_NOINLINE QM_COLD __attribute__((noreturn)) void free_fail(void *ptr, c
 /* The free of a pointer free_fast could not handle: NULL, a large block, a sized free whose size
  * names another class, or something qmalloc did not hand out. */
 static QM_NOINLINE void free_slow(void *ptr, bool sized, size_t size) {
+  const void *ret = __builtin_return_address(0); /* free's caller: the fast path jumps here */
   if (ptr == NULL) return;
   block_t b = block_of(ptr, sized ? "free_sized()" : "free()", true);
   if (sized && !block_named_by(b, size, 0)) check_fail_size("free_sized()", size, ptr);
@@ -492,6 +495,7 @@ static QM_NOINLINE void free_slow(void *ptr, bool sized, size_t size) {
     free_push(ptr, b.cls);
   } else {
     free_large(b.span, ptr);
+    release_poll_in_free(ret);
   }
 }
 
@@ -759,12 +763,14 @@ QM_INLINE void free_small_hardened(void *ptr, unsigned cls, size_t size, bool si
 
 /* NULL, zero-size, large, invalid and double-freed pointers. */
 static QM_NOINLINE void free_hardened_slow(void *ptr, size_t size, bool sized, const char *call) {
+  const void *ret = __builtin_return_address(0); /* free's caller: free_hardened jumps here */
   if (ptr == NULL || harden_is_zero(ptr)) return;
   block_t b = block_of(ptr, call, true);
   if (b.cls == 0) {
     size_t pages = size ? (size + PAGE_MASK) >> PAGE_SHIFT : 1;
     if (sized && pages + 1 != b.span->npages) check_fail_size(call, size, ptr); /* + the guard */
     pageheap_free_block(b.span, (uintptr_t)ptr);
+    release_poll_in_free(ret);
     return;
   }
   free_small_hardened(ptr, b.cls, size, sized, call);

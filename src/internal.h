@@ -237,6 +237,10 @@ void release_request(void);
  * no allocator lock held and outside any slow-path window: it may create a thread, which allocates,
  * and glibc frees memory while holding a lock pthread_create takes (release.c). */
 void release_poll(void);
+/* The same from a free whose slow path was jumped to from the exported call, so that `ret` is that
+ * call's return address: starts the releaser unless the dynamic loader (or qmalloc itself, for a
+ * slow path called rather than jumped to) made the call (release.c). */
+void release_poll_in_free(const void *ret);
 uint64_t release_wakeups(void); /* times the thread woke (statistics) */
 /* Makes the wake's condition (init_process; nothing allocated). */
 void release_init(void);

@@ -10,17 +10,18 @@
  *   or must stay single-threaded until it has freed much (a sandbox set up before a big free),
  *   never gets the thread; release_thread=0 turns it off. The thread is created outside any
  *   slow-path window of the calling thread (pthread_create allocates: tcache_window.h's marks must
- *   not nest), and only by an allocating call (release_poll: malloc's slow paths), never by a free:
- *   glibc frees a joined thread's TLS (its DTV, a dlopen'd module's blocks) while it holds the lock
- *   of its stack cache, which pthread_create takes too. Started from such a free, the releaser hung
- *   the process: a forked child whose first allocator call was one (the child of a parent with a
+ *   not nest), by an allocating call (release_poll: malloc's slow paths) or by a free the program
+ *   itself made (release_poll_in_free), never by one the dynamic loader made: glibc frees a joined
+ *   thread's TLS (its DTV, a dlopen'd module's blocks) from ld.so while it holds the lock of its
+ *   stack cache, which pthread_create takes too. Started from such a free, the releaser hung the
+ *   process: a forked child whose first allocator call was one (the child of a parent with a
  *   releaser asks for its own), or a join whose frees took the free pages past the start's
- *   threshold (api-releaser_start). glibc allocates under neither that lock nor, with a stack size
- *   given, the other one pthread_create may take (its default attributes', release_start). The
- *   price: a program whose last allocator calls are frees, and that never had the thread, keeps
- *   what the retain cap allows of them (docs/design.md). Started before the call's page-heap work,
- *   as it was from the free before it: started after it, the release before a growth ran
- *   differently from then on (a 60-step growth peaked at 137-143 MiB instead of 120).
+ *   threshold (api-releaser_start, preload-releaser_tls). glibc allocates under neither that lock
+ *   nor, with a stack size given, the other one pthread_create may take (its default
+ *   attributes', release_start). A program with no dynamic loader (static) gets the thread from
+ *   allocating calls only. Started before the call's page-heap work, as it was from the free
+ *   before it: started after it, the release before a growth ran differently from then on (a
+ *   60-step growth peaked at 137-143 MiB instead of 120).
  * - Wakes every RELEASE_PERIOD_MS and runs the slow paths' housekeeping (tcache_housekeeping): the
  *   decay, and the idle scan every tcache_idle_ms. It allocates nothing, blocks every signal (the
  *   program's handlers never run on it), and holds no lock while it sleeps.
@@ -40,8 +41,12 @@
  * Lock: release_state.lock guards the start. Callers: pageheap.c and tcache.c (requests), api.c
  * (polls, in allocating calls, outside windows), init.c (fork), api.c (release_all_free, for
  * malloc_trim). */
+#include <elf.h>
+#include <link.h>
 #include <pthread.h>
 #include <signal.h>
+#include <string.h>
+#include <sys/auxv.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -208,6 +213,56 @@ void release_poll(void) {
     __atomic_store_n(&release_state.requested, false, __ATOMIC_RELAXED);
     release_start();
   }
+}
+
+/* The addresses an ELF object loaded at `header` spans (all its PT_LOAD segments); empty (lo > hi)
+ * if header is NULL or not an ELF header. Reads the mapped headers: no lock, no allocation. */
+typedef struct {
+  uintptr_t lo, hi;
+} addr_range_t;
+
+static addr_range_t elf_range(const ElfW(Ehdr) *header) {
+  addr_range_t range = {UINTPTR_MAX, 0};
+  if (header == NULL || memcmp(header->e_ident, ELFMAG, SELFMAG) != 0) return range;
+  const ElfW(Phdr) *phdrs = (const ElfW(Phdr) *)((const char *)header + header->e_phoff);
+  uintptr_t bias = 0;
+  for (unsigned i = 0; i < header->e_phnum; i++) /* the segment that maps the header gives the bias */
+    if (phdrs[i].p_type == PT_LOAD && phdrs[i].p_offset == 0) bias = (uintptr_t)header - phdrs[i].p_vaddr;
+  for (unsigned i = 0; i < header->e_phnum; i++) {
+    if (phdrs[i].p_type != PT_LOAD) continue;
+    uintptr_t lo = bias + phdrs[i].p_vaddr, hi = lo + phdrs[i].p_memsz;
+    if (lo < range.lo) range.lo = lo;
+    if (hi > range.hi) range.hi = hi;
+  }
+  return range;
+}
+
+extern const ElfW(Ehdr) __ehdr_start __attribute__((visibility("hidden"))); /* this object's (ld) */
+
+/* Whether a free called from `ret` may start the releaser. glibc's frees under its stack cache's
+ * lock are the dynamic loader's (_dl_deallocate_tls, the TLS of joined threads): those may not. Nor
+ * may a call from inside qmalloc's own object (a slow path called, not jumped to, where `ret` is
+ * not the program's), nor any free of a program with no dynamic loader (static: glibc's loader
+ * code is then in the program itself). Anything else, the program's own frees, may: a program
+ * whose last calls are frees then still gets the thread that gives their pages back. */
+static bool release_caller_allowed(const void *ret) {
+  static addr_range_t loader, self;
+  static int known; /* 0: not yet; 1: ranges set; 2: no loader. Idempotent, so a race is harmless. */
+  int state = __atomic_load_n(&known, __ATOMIC_ACQUIRE);
+  if (state == 0) {
+    uintptr_t base = (uintptr_t)getauxval(AT_BASE);
+    loader = elf_range((const ElfW(Ehdr) *)base);
+    self = elf_range(&__ehdr_start);
+    state = base == 0 || loader.lo > loader.hi ? 2 : 1;
+    __atomic_store_n(&known, state, __ATOMIC_RELEASE);
+  }
+  uintptr_t at = (uintptr_t)ret;
+  if (state != 1) return false;
+  return !(at >= loader.lo && at < loader.hi) && !(at >= self.lo && at < self.hi);
+}
+
+void release_poll_in_free(const void *ret) {
+  if (__atomic_load_n(&release_state.requested, __ATOMIC_RELAXED) && release_caller_allowed(ret)) release_poll();
 }
 
 uint64_t release_wakeups(void) { return __atomic_load_n(&release_state.wakeups, __ATOMIC_RELAXED); }
