@@ -233,9 +233,10 @@ void tcache_totals(tcache_totals_t *out, size_t *objects_per_class, tcache_threa
 /* ---- release.c: the background releaser ---- */
 /* Asks for the releaser thread (something to release appeared); one load once it runs. */
 void release_request(void);
-/* Starts it if asked for. Call only from an allocating call (malloc and the like, never free), with
- * no allocator lock held and outside any slow-path window: it may create a thread, which allocates,
- * and glibc frees memory while holding a lock pthread_create takes (release.c). */
+/* Starts it if asked for. Call from an allocating call (malloc and the like; a free uses
+ * release_poll_in_free), with no allocator lock held and outside any slow-path window: it may
+ * create a thread, which allocates, and glibc frees memory while holding a lock pthread_create
+ * takes (release.c). */
 void release_poll(void);
 /* The same from a free whose slow path was jumped to from the exported call, so that `ret` is that
  * call's return address: starts the releaser unless the dynamic loader (or qmalloc itself, for a

@@ -39,7 +39,7 @@
  * - Fork: only the forking thread exists in the child, so the child marks the releaser not started,
  *   and starts its own the same lazy way (release_after_fork_child, from the fork handlers).
  * Lock: release_state.lock guards the start. Callers: pageheap.c and tcache.c (requests), api.c
- * (polls, in allocating calls, outside windows), init.c (fork), api.c (release_all_free, for
+ * (polls, in allocating calls and free's slow paths, outside windows), init.c (fork), api.c (release_all_free, for
  * malloc_trim). */
 #include <elf.h>
 #include <link.h>

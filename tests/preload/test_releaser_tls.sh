@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The background releaser is started by an allocating call, never by a free (src/release.c): glibc
-# frees a dlopen'd module's TLS blocks under the lock of its stack cache, which pthread_create takes
-# too (releaser_tls.c). With the default and the hardened library preloaded the program must end
+# The background releaser is never started by a free the dynamic loader makes (src/release.c):
+# glibc frees a dlopen'd module's TLS blocks from ld.so under the lock of its stack cache, which
+# pthread_create takes too (releaser_tls.c). With the default and the hardened library preloaded the program must end
 # with status 0 and print "done"; before the fix the default build hung there every time (here:
 # killed after 30 s, status 137; it needs well under a second: 30 s bounds the hang, it is not a
 # timing). Preloaded, not linked: linked to libqmalloc, the same program did not hang before the
