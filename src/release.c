@@ -39,8 +39,8 @@
  * - Fork: only the forking thread exists in the child, so the child marks the releaser not started,
  *   and starts its own the same lazy way (release_after_fork_child, from the fork handlers).
  * Lock: release_state.lock guards the start. Callers: pageheap.c and tcache.c (requests), api.c
- * (polls, in allocating calls and free's slow paths, outside windows), init.c (fork), api.c (release_all_free, for
- * malloc_trim). */
+ * (polls, in allocating calls and free's slow paths, outside windows), init.c (fork), api.c
+ * (release_all_free, for malloc_trim). */
 #include <elf.h>
 #include <link.h>
 #include <pthread.h>
@@ -144,9 +144,51 @@ static void *release_main(void *unused) {
   return NULL;
 }
 
+/* The addresses an ELF object loaded at `header` spans (all its PT_LOAD segments); empty (lo > hi)
+ * if header is NULL or not an ELF header. Reads the mapped headers: no lock, no allocation. */
+typedef struct {
+  uintptr_t lo, hi;
+} addr_range_t;
+
+static addr_range_t elf_range(const ElfW(Ehdr) *header) {
+  addr_range_t range = {UINTPTR_MAX, 0};
+  if (header == NULL || memcmp(header->e_ident, ELFMAG, SELFMAG) != 0) return range;
+  const ElfW(Phdr) *phdrs = (const ElfW(Phdr) *)((const char *)header + header->e_phoff);
+  uintptr_t bias = 0;
+  for (unsigned i = 0; i < header->e_phnum; i++) /* the segment that maps the header gives the bias */
+    if (phdrs[i].p_type == PT_LOAD && phdrs[i].p_offset == 0) bias = (uintptr_t)header - phdrs[i].p_vaddr;
+  for (unsigned i = 0; i < header->e_phnum; i++) {
+    if (phdrs[i].p_type != PT_LOAD) continue;
+    uintptr_t lo = bias + phdrs[i].p_vaddr, hi = lo + phdrs[i].p_memsz;
+    if (lo < range.lo) range.lo = lo;
+    if (hi > range.hi) range.hi = hi;
+  }
+  return range;
+}
+
+extern const ElfW(Ehdr) __ehdr_start __attribute__((visibility("hidden"))); /* this object's (ld) */
+
+/* Where a free may not start the releaser from (release_poll_in_free), set by release_init. glibc's
+ * frees under its stack cache's lock are the dynamic loader's (_dl_deallocate_tls, the TLS of
+ * joined threads). Nor may a call from inside qmalloc's own object start it (a slow path called,
+ * not jumped to, where the return address is not the program's), nor any free in a program with no
+ * dynamic loader (static: glibc's loader code is then in the program itself; frees_may_start stays
+ * false, as it is before init). */
+static struct {
+  addr_range_t loader, self;
+  bool frees_may_start;
+} release_callers;
+
+static bool in_range(addr_range_t range, uintptr_t at) { return at >= range.lo && at < range.hi; }
+
 /* The wake's condition waits on the monotonic clock: a change of the wall clock must not stretch
- * or skip the period. Made at init, before any thread can signal it, and again in a forked child. */
+ * or skip the period. Made at init, before any thread can signal it, and again in a forked child
+ * (with the callers' ranges, the same there). */
 void release_init(void) {
+  uintptr_t loader_base = (uintptr_t)getauxval(AT_BASE);
+  release_callers.loader = elf_range((const ElfW(Ehdr) *)loader_base);
+  release_callers.self = elf_range(&__ehdr_start);
+  release_callers.frees_may_start = release_callers.loader.lo < release_callers.loader.hi;
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
   pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -215,54 +257,12 @@ void release_poll(void) {
   }
 }
 
-/* The addresses an ELF object loaded at `header` spans (all its PT_LOAD segments); empty (lo > hi)
- * if header is NULL or not an ELF header. Reads the mapped headers: no lock, no allocation. */
-typedef struct {
-  uintptr_t lo, hi;
-} addr_range_t;
-
-static addr_range_t elf_range(const ElfW(Ehdr) *header) {
-  addr_range_t range = {UINTPTR_MAX, 0};
-  if (header == NULL || memcmp(header->e_ident, ELFMAG, SELFMAG) != 0) return range;
-  const ElfW(Phdr) *phdrs = (const ElfW(Phdr) *)((const char *)header + header->e_phoff);
-  uintptr_t bias = 0;
-  for (unsigned i = 0; i < header->e_phnum; i++) /* the segment that maps the header gives the bias */
-    if (phdrs[i].p_type == PT_LOAD && phdrs[i].p_offset == 0) bias = (uintptr_t)header - phdrs[i].p_vaddr;
-  for (unsigned i = 0; i < header->e_phnum; i++) {
-    if (phdrs[i].p_type != PT_LOAD) continue;
-    uintptr_t lo = bias + phdrs[i].p_vaddr, hi = lo + phdrs[i].p_memsz;
-    if (lo < range.lo) range.lo = lo;
-    if (hi > range.hi) range.hi = hi;
-  }
-  return range;
-}
-
-extern const ElfW(Ehdr) __ehdr_start __attribute__((visibility("hidden"))); /* this object's (ld) */
-
-/* Whether a free called from `ret` may start the releaser. glibc's frees under its stack cache's
- * lock are the dynamic loader's (_dl_deallocate_tls, the TLS of joined threads): those may not. Nor
- * may a call from inside qmalloc's own object (a slow path called, not jumped to, where `ret` is
- * not the program's), nor any free of a program with no dynamic loader (static: glibc's loader
- * code is then in the program itself). Anything else, the program's own frees, may: a program
- * whose last calls are frees then still gets the thread that gives their pages back. */
-static bool release_caller_allowed(const void *ret) {
-  static addr_range_t loader, self;
-  static int known; /* 0: not yet; 1: ranges set; 2: no loader. Idempotent, so a race is harmless. */
-  int state = __atomic_load_n(&known, __ATOMIC_ACQUIRE);
-  if (state == 0) {
-    uintptr_t base = (uintptr_t)getauxval(AT_BASE);
-    loader = elf_range((const ElfW(Ehdr) *)base);
-    self = elf_range(&__ehdr_start);
-    state = base == 0 || loader.lo > loader.hi ? 2 : 1;
-    __atomic_store_n(&known, state, __ATOMIC_RELEASE);
-  }
-  uintptr_t at = (uintptr_t)ret;
-  if (state != 1) return false;
-  return !(at >= loader.lo && at < loader.hi) && !(at >= self.lo && at < self.hi);
-}
-
+/* A program whose last calls are frees still gets the thread that gives their pages back: its own
+ * frees may start it, the loader's may not (release_callers). */
 void release_poll_in_free(const void *ret) {
-  if (__atomic_load_n(&release_state.requested, __ATOMIC_RELAXED) && release_caller_allowed(ret)) release_poll();
+  uintptr_t at = (uintptr_t)ret;
+  if (release_callers.frees_may_start && !in_range(release_callers.loader, at) && !in_range(release_callers.self, at))
+    release_poll();
 }
 
 uint64_t release_wakeups(void) { return __atomic_load_n(&release_state.wakeups, __ATOMIC_RELAXED); }

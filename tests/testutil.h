@@ -219,6 +219,25 @@ static inline size_t tu_statm_bytes(int field) {
   return at ? (size_t)strtoul(at, NULL, 10) * (size_t)sysconf(_SC_PAGESIZE) : 0;
 }
 
+/* Whether a thread of this process is named `name` (its /proc/self/task/N/comm begins with it):
+ * qmalloc's background releaser names itself qmalloc-release. Uses stdio, so it allocates. */
+#include <dirent.h>
+static inline int tu_thread_named(const char *name) {
+  DIR *tasks = opendir("/proc/self/task");
+  struct dirent *e;
+  int found = 0;
+  while (tasks != NULL && !found && (e = readdir(tasks)) != NULL) {
+    char path[300], comm[64] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) continue;
+    found = fgets(comm, sizeof comm, f) != NULL && strncmp(comm, name, strlen(name)) == 0;
+    fclose(f);
+  }
+  if (tasks != NULL) closedir(tasks);
+  return found;
+}
+
 /* ---- a test program's numeric flags ------------------------------------------------------------
  * A whole decimal number in [min, max], or a one-line error naming the program and the flag, and
  * exit 2 (value NULL: the flag came last, without its number). */

@@ -12,7 +12,6 @@
  *    start with no further call (bounded by 20 s; the decay is 250 ms). Had only allocating calls
  *    started it, the retain cap would keep all 64 MiB.
  * The third case, a dlopen'd module's TLS, runs preloaded: preload-releaser_tls. */
-#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -32,22 +31,10 @@ static void sleep_ms(long ms) {
   nanosleep(&t, NULL);
 }
 
-/* Whether a thread named qmalloc-release is in this process, waiting up to 5 s for it. */
+/* Whether the releaser thread is in this process, waiting up to 5 s for it. */
 static int releaser_seen(void) {
   for (int tries = 0; tries < 500; tries++) {
-    DIR *tasks = opendir("/proc/self/task");
-    struct dirent *e;
-    int found = 0;
-    while (tasks != NULL && !found && (e = readdir(tasks)) != NULL) {
-      char path[300], name[32] = "";
-      snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-      FILE *f = fopen(path, "r");
-      if (f == NULL) continue;
-      found = fgets(name, sizeof name, f) != NULL && strncmp(name, "qmalloc-release", 15) == 0;
-      fclose(f);
-    }
-    if (tasks != NULL) closedir(tasks);
-    if (found) return 1;
+    if (tu_thread_named("qmalloc-release")) return 1;
     sleep_ms(10);
   }
   return 0;

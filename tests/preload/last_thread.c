@@ -9,13 +9,14 @@
  *         child and reports its status.
  * Prints "releaser running" once a thread named qmalloc-release exists (so that the run tests
  * something), and the atexit handler, on 256 KiB of stack, prints "atexit ran". */
-#include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "../testutil.h"
 
 /* Uses 256 KiB of stack, as a program's exit-time code may (C++ destructors, atexit handlers):
  * glibc runs it in the process's last thread, which may be qmalloc's releaser. */
@@ -34,22 +35,11 @@ static void start_releaser(void) {
   for (int i = 0; i < 64; i++) free(blocks[i]);
   for (int tries = 0; tries < 200; tries++) {
     for (int i = 0; i < 2000; i++) free(malloc(64 + i % 4000));
-    DIR *d = opendir("/proc/self/task");
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL) {
-      char path[300], comm[64] = "";
-      snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-      FILE *f = fopen(path, "r");
-      if (f && fgets(comm, sizeof comm, f) && strncmp(comm, "qmalloc-release", 15) == 0) {
-        fclose(f);
-        closedir(d);
-        printf("releaser running in %d\n", (int)getpid());
-        fflush(stdout);
-        return;
-      }
-      if (f) fclose(f);
+    if (tu_thread_named("qmalloc-release")) {
+      printf("releaser running in %d\n", (int)getpid());
+      fflush(stdout);
+      return;
     }
-    if (d) closedir(d);
     usleep(10000);
   }
   printf("releaser absent in %d\n", (int)getpid());
