@@ -185,7 +185,11 @@ static bool in_range(addr_range_t range, uintptr_t at) { return at >= range.lo &
  * or skip the period. Made at init, before any thread can signal it, and again in a forked child
  * (with the callers' ranges, the same there). */
 void release_init(void) {
+  /* AT_BASE is 0 when ld.so was run as the program (`ld.so ./prog`, as some launchers do): the
+   * kernel loaded it as the executable. Its debugger record holds its address in both cases (0 in
+   * a static program, which has no loader to find). */
   uintptr_t loader_base = (uintptr_t)getauxval(AT_BASE);
+  if (loader_base == 0) loader_base = (uintptr_t)_r_debug.r_ldbase;
   release_callers.loader = elf_range((const ElfW(Ehdr) *)loader_base);
   release_callers.self = elf_range(&__ehdr_start);
   release_callers.frees_may_start = release_callers.loader.lo < release_callers.loader.hi;

@@ -10,13 +10,19 @@
  *  - frees: one thread allocates 64 MiB of large blocks and frees them, its last allocator calls;
  *    the program's own frees start the releaser, and RSS must come back to within 12 MiB of the
  *    start with no further call (bounded by 20 s; the decay is 250 ms). Had only allocating calls
- *    started it, the retain cap would keep all 64 MiB.
+ *    started it, the retain cap would keep all 64 MiB;
+ *  - loader: the frees case in this program run through its dynamic loader (`ld.so ./prog`, as
+ *    some launchers do), where getauxval(AT_BASE) is 0: qmalloc then finds the loader from its
+ *    debugger record. Before, it took the program for a static one and no free started the thread.
  * The third case, a dlopen'd module's TLS, runs preloaded: preload-releaser_tls. */
+#include <elf.h>
+#include <link.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -102,6 +108,8 @@ static int case_fork(void) {
 }
 
 /* ---- frees ---- */
+static const char *frees_label = "api-releaser_start (frees)";
+
 static int case_frees(void) {
   enum { BLOCKS = 64 };
   static void *blocks[BLOCKS];
@@ -120,19 +128,54 @@ static int case_frees(void) {
   }
   CHECK_MSG(now < base + (12u << 20), "RSS %zu MiB above the start 20 s after the frees (peak %zu MiB above)",
             (now - base) >> 20, (peak - base) >> 20);
-  return tu_summary("api-releaser_start (frees)");
+  return tu_summary(frees_label);
 }
 
-int main(void) {
+/* ---- loader ---- */
+#define THROUGH_LOADER "--through-loader"
+
+/* This program's interpreter (PT_INTERP), from its program headers; NULL if it has none. */
+static const char *own_interpreter(void) {
+  const ElfW(Phdr) *phdrs = (const ElfW(Phdr) *)getauxval(AT_PHDR);
+  size_t count = getauxval(AT_PHNUM);
+  uintptr_t bias = 0;
+  for (size_t i = 0; i < count; i++)
+    if (phdrs[i].p_type == PT_PHDR) bias = (uintptr_t)phdrs - phdrs[i].p_vaddr;
+  for (size_t i = 0; i < count; i++)
+    if (phdrs[i].p_type == PT_INTERP) return (const char *)(bias + phdrs[i].p_vaddr);
+  return NULL;
+}
+
+/* Runs this program again through its loader, which runs case_frees (main, THROUGH_LOADER). */
+static int case_loader(void) {
+  const char *interpreter = own_interpreter();
+  static char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  CHECK_MSG(interpreter != NULL && n > 0, "no interpreter (%p) or no path to this program", (const void *)interpreter);
+  if (interpreter == NULL || n <= 0) return tu_summary("api-releaser_start (loader)");
+  self[n] = '\0';
+  execl(interpreter, interpreter, self, THROUGH_LOADER, (char *)NULL);
+  CHECK_MSG(0, "exec of %s failed", interpreter);
+  return tu_summary("api-releaser_start (loader)");
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], THROUGH_LOADER) == 0) {
+    CHECK_MSG(getauxval(AT_BASE) == 0, "AT_BASE is %#lx: not run as the loader's program", getauxval(AT_BASE));
+    frees_label = "api-releaser_start (loader)";
+    if (getauxval(AT_BASE) != 0) return tu_summary(frees_label);
+    return case_frees();
+  }
   const char *thread = getenv("QMALLOC_RELEASE_THREAD");
   if (thread != NULL && strcmp(thread, "0") == 0) { /* tests/cross, where the emulator cannot fork threads */
     printf("api-releaser_start: skipped: QMALLOC_RELEASE_THREAD=0 turns off the background releaser this tests\n");
     return 77;
   }
-  int (*cases[])(void) = {case_fork, case_frees};
-  const char *names[] = {"fork", "frees"};
+  int (*cases[])(void) = {case_fork, case_frees, case_loader};
+  const char *names[] = {"fork", "frees", "loader"};
+  enum { CASES = sizeof cases / sizeof cases[0] };
   int failed = 0;
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < CASES; i++) {
     fflush(stdout);
     pid_t pid = fork(); /* each case in a fresh single-threaded process, no releaser yet */
     if (pid == 0) {
@@ -153,6 +196,6 @@ int main(void) {
       failed++;
     }
   }
-  printf("api-releaser_start: %d of 2 cases failed\n", failed);
+  printf("api-releaser_start: %d of %d cases failed\n", failed, CASES);
   return failed != 0;
 }
