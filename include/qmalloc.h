@@ -43,7 +43,8 @@ void qm_stats_print(int fd, int format);
 /* Heap profiler (docs/profiling.md): writes the sampled heap profile of `kind` to `path` in the
  * gperftools heap-profile format (google-pprof, jeprof). QM_PROF_LIVE: blocks live now;
  * QM_PROF_PEAK: the live heap when it was largest; QM_PROF_ALLOCATED: every sampled block since
- * start or qm_prof_reset(). Returns 0, or -1 with errno set (EINVAL for a bad kind). */
+ * start or qm_prof_reset(). Returns 0, or -1 with errno set (EINVAL for a bad kind). Not a
+ * cancellation point (nor is any qmalloc call): a pending cancel acts after it. */
 enum { QM_PROF_LIVE = 0, QM_PROF_PEAK = 1, QM_PROF_ALLOCATED = 2 };
 int qm_prof_dump(const char *path, int kind);
 /* Starts the QM_PROF_ALLOCATED profile afresh. */

@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <malloc.h>
-#include <pthread.h>
 #include <stdio.h>
 
 #include "internal.h"
@@ -47,12 +46,9 @@ QM_EXPORT struct mallinfo mallinfo(void) {
 }
 
 /* glibc's shape on stderr, then qmalloc's own dump for the detail. Not a cancellation point, as
- * glibc's is not: write(2) is one, so a thread cancelled in here would leave the report cut
- * short; with cancellation disabled the report is whole, and a pending cancel acts at the
- * caller's next cancellation point (the caller's own state is restored, whatever it was). */
+ * glibc's is not: qmalloc's writes are raw system calls (os_file.h), so a thread with a cancel
+ * pending gets the whole report and is cancelled at its next cancellation point. */
 QM_EXPORT void malloc_stats(void) {
-  int cancel_state;
-  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
   stats_snapshot_t s;
   stats_snapshot(&s);
   log_printf(2, "Arena 0:\nsystem bytes     = %10zu\nin use bytes     = %10zu\n", s.mapped - s.huge_in_use,
@@ -60,7 +56,6 @@ QM_EXPORT void malloc_stats(void) {
   log_printf(2, "Total (incl. mmap):\nsystem bytes     = %10zu\nin use bytes     = %10zu\n", s.mapped, s.in_use);
   log_printf(2, "max mmap regions = %10zu\nmax mmap bytes   = %10zu\n", s.huge_blocks, s.huge_in_use);
   stats_print(2, 0);
-  pthread_setcancelstate(cancel_state, NULL);
 }
 
 /* glibc's XML document (version 1): one heap; sizes are qmalloc's classes with free objects. */

@@ -4,6 +4,7 @@
  * conversion can be written as if the buffer were unbounded and truncation is handled in one
  * place. No state outside the caller's stack: reentrant and thread-safe. */
 #include "log.h"
+#include "os_file.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -230,7 +231,7 @@ size_t log_format(char *buf, size_t cap, const char *fmt, ...) {
 void log_write(int fd, const char *s, size_t n) {
   int saved_errno = errno;
   while (n > 0) {
-    ssize_t w = write(fd, s, n);
+    ssize_t w = os_file_write(fd, s, n);
     if (w < 0) {
       if (errno == EINTR)
         continue;

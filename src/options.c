@@ -12,6 +12,7 @@
 #include "config.h"
 
 #include "log.h"
+#include "os_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -486,19 +487,19 @@ static char options_proc_environ[OPTIONS_PROC_ENVIRON_MAX];
 /* environ is not set up yet (very early in a static binary or the loader): read the
  * environment the kernel gave the process instead. */
 static void options_apply_proc_environ(void) {
-  int fd = open("/proc/self/environ", O_RDONLY | O_CLOEXEC);
+  int fd = os_file_open("/proc/self/environ", O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0)
     return; /* no /proc: run with the defaults */
   size_t len = 0;
   while (len < sizeof options_proc_environ) {
-    ssize_t r = read(fd, options_proc_environ + len, sizeof options_proc_environ - len);
+    ssize_t r = os_file_read(fd, options_proc_environ + len, sizeof options_proc_environ - len);
     if (r < 0 && errno == EINTR)
       continue;
     if (r <= 0)
       break;
     len += (size_t)r;
   }
-  close(fd);
+  os_file_close(fd);
   if (len == sizeof options_proc_environ)
     log_printf(2, "qmalloc: warning: environment larger than %d KiB; variables past it ignored\n",
                OPTIONS_PROC_ENVIRON_MAX / 1024);

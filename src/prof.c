@@ -21,6 +21,7 @@
 #include "internal.h"
 #include "log.h"
 #include "os.h"
+#include "os_file.h"
 #include "prof.h"
 #include "qmalloc.h"
 
@@ -543,10 +544,10 @@ bool prof_dump_fd(int fd, prof_kind_t kind) {
 
 
 static bool prof_dump_path(const char *path, prof_kind_t kind, bool locked) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = os_file_open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return false;
   bool ok = locked ? prof_dump_locked(fd, kind) : prof_dump_fd(fd, kind);
-  if (close(fd) != 0) ok = false;
+  if (os_file_close(fd) != 0) ok = false;
   return ok;
 }
 

@@ -22,6 +22,7 @@
 
 #include "internal.h"
 #include "log.h"
+#include "os_file.h"
 #include "prof.h"
 
 /* Output through a stack buffer, in write(2)-sized pieces. */
@@ -35,7 +36,7 @@ typedef struct prof_out_s {
 static void prof_out_flush(prof_out_t *o) {
   size_t done = 0;
   while (done < o->used) {
-    ssize_t n = write(o->fd, o->buf + done, o->used - done);
+    ssize_t n = os_file_write(o->fd, o->buf + done, o->used - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       o->failed = true;
@@ -64,19 +65,19 @@ static const prof_counts_t *prof_counts_of(const prof_stack_t *s, prof_kind_t ki
 static void prof_copy_maps(prof_out_t *o) {
   prof_out(o, "\nMAPPED_LIBRARIES:\n");
   prof_out_flush(o);
-  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  int fd = os_file_open("/proc/self/maps", O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) {
     o->failed = true;
     return;
   }
   for (;;) {
-    ssize_t n = read(fd, o->buf, sizeof o->buf);
+    ssize_t n = os_file_read(fd, o->buf, sizeof o->buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     o->used = (size_t)n;
     prof_out_flush(o);
   }
-  close(fd);
+  os_file_close(fd);
 }
 
 /* A line's counts as the file's readers count samples: at the header's interval (prof_counts_t). */

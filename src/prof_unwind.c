@@ -28,6 +28,7 @@
 #include "internal.h"
 #include "log.h"
 #include "os.h"
+#include "os_file.h"
 #include "prof.h"
 
 /* ---- libgcc's unwinder, found at run time ------------------------------------------------------
@@ -401,13 +402,13 @@ static int cfi_open_file(struct dl_phdr_info *info, const cfi_source_t *src) {
   const uint8_t *id = cfi_build_id(info, &id_len);
   const char *path = info->dlpi_name != NULL && info->dlpi_name[0] != '\0' ? info->dlpi_name : "/proc/self/exe"; /* "": the program */
   if (id == NULL || id_len > 64 || path[0] != '/') return -1; /* a relative name was relative to another directory, maybe */
-  int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+  int fd = os_file_open(path, O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) return -1;
   uint8_t copy[64];
   cfi_source_t file = *src;
   file.fd = fd;
   if (!cfi_fetch(&file, (uintptr_t)id, copy, id_len) || memcmp(copy, id, id_len) != 0) {
-    syscall(SYS_close, fd);
+    os_file_close(fd);
     return -1;
   }
   return fd;
@@ -672,7 +673,7 @@ static uint64_t prof_rule_read(uintptr_t key, bool libgcc_only) {
   pthread_mutex_lock(&unwind_phdr_lock);
   if (!libgcc_only) dl_iterate_phdr(fde_search_object, &found);
   if (!found.searched && prof_unwind_present()) { /* an object without a table: libgcc has other ways */
-    if (found.src.fd >= 0) syscall(SYS_close, found.src.fd);
+    if (found.src.fd >= 0) os_file_close(found.src.fd);
     found.src.fd = -1; /* libgcc's FDE is read in memory */
     struct dwarf_eh_bases bases;
     found.fde = (uintptr_t)unwind_find_fde((void *)key, &bases);
@@ -680,7 +681,7 @@ static uint64_t prof_rule_read(uintptr_t key, bool libgcc_only) {
   }
   pthread_mutex_unlock(&unwind_phdr_lock);
   uint64_t rule = prof_rule_from_fde(&found, key);
-  if (found.src.fd >= 0) syscall(SYS_close, found.src.fd);
+  if (found.src.fd >= 0) os_file_close(found.src.fd);
   errno = saved_errno;
   return rule;
 }
