@@ -11,9 +11,12 @@
  * every sample. Not here: the sampling decision and the tables (prof.c). Called by prof.c's
  * prof_record only, with its per-thread guard set (a malloc made by libgcc here is served
  * unsampled).
- * Limit: a rule is never forgotten, so code unloaded by dlclose and other code loaded at the
- * same address would be stepped with the old rules (the walk's checks stop it at a frame that
- * makes no sense, it never reads outside [sp, sp + PROF_UNWIND_MAX_FRAME] of the current frame). */
+ * Code unloaded by dlclose and other code loaded at its address (a plugin reloaded) would be
+ * stepped with the old code's rules: the walk forgets every rule when the loader has unloaded an
+ * object since they were read (prof_rules_current), and never reads past its thread's stack
+ * (prof_stack_limit), whatever a rule says. A reloaded plugin whose frame at the same return address
+ * was 4 KiB where the old one's was 4 MiB made the walk read 4 MiB up from a thread's stack: a
+ * crash in 96 runs of 100 (preload-prof's plugin case). */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -122,7 +125,7 @@ static _Unwind_Reason_Code prof_unwind_frame(struct _Unwind_Context *ctx, void *
 QM_NOINLINE unsigned prof_stack_capture_libgcc(uintptr_t *frames, unsigned skip) {
   prof_unwind_t u = {frames, 0, skip + 1};
   if (!prof_unwind_present()) return 0;
-  pthread_mutex_lock(&unwind_phdr_lock);
+  if (pthread_mutex_trylock(&unwind_phdr_lock) != 0) return 0; /* busy: see prof_rule_read */
   unwind_backtrace(prof_unwind_frame, &u);
   pthread_mutex_unlock(&unwind_phdr_lock);
   __asm__ volatile("" ::: "memory"); /* not a tail call: the frame must stay for the count above */
@@ -141,12 +144,14 @@ enum { DW_RBP = 6, DW_RSP = 7, DW_RA = 16 };
  *   the rule is read); the caller's rbp is at CFA + rbp_offset if rbp_saved, else unchanged.
  * Packed: bits 0-31 cfa_offset, 32 cfa_on_rbp, 33 end (the return address is undefined: the
  * outermost frame), 34 rbp_saved, 35 rbp_lost (undefined: a later rbp-based CFA is refused),
- * 36 general (only libgcc can step this frame), 48-63 rbp_offset. */
+ * 36 general (only libgcc can step this frame), 37 busy (not read now: not cached, the walk ends
+ * there), 48-63 rbp_offset. */
 #define RULE_ON_RBP ((uint64_t)1 << 32)
 #define RULE_END ((uint64_t)1 << 33)
 #define RULE_RBP_SAVED ((uint64_t)1 << 34)
 #define RULE_RBP_LOST ((uint64_t)1 << 35)
 #define RULE_GENERAL ((uint64_t)1 << 36)
+#define RULE_BUSY ((uint64_t)1 << 37) /* not read: another thread was in the loader's list (prof_rule_read) */
 
 /* A frame larger than this is taken for a wrong rule and ends the walk. */
 #define PROF_UNWIND_MAX_FRAME ((uintptr_t)16 << 20)
@@ -176,6 +181,9 @@ typedef struct prof_rule_table_s {
 QM_EARLY_DATA static prof_rule_table_t *prof_rules; /* NULL until the first rule */
 QM_EARLY_DATA static int prof_rules_writer;
 QM_EARLY_DATA static uint64_t prof_rules_filled; /* rules read from DWARF (tests, statistics) */
+/* The loader's count of unloaded objects (dl_iterate_phdr's dlpi_subs) the cached rules were read
+ * at, written with prof_rules_writer held; ~0 before the first check. */
+QM_EARLY_DATA static unsigned long long prof_rules_unloads = ~0ull;
 
 /* Where key's probe window starts (masked by the table): the address mixed through every bit
  * (splitmix64's finalizer), as tables of every size index it by their low bits. Fibonacci hashing
@@ -427,6 +435,7 @@ typedef struct fde_search_s {
   uintptr_t func;     /* the function's start */
   bool searched;      /* the object holding pc has a table this code reads */
   cfi_source_t src;   /* where its bytes are read from (an open file is closed by the caller) */
+  unsigned long long unloads; /* the loader's count of unloaded objects as the search saw it */
 } fde_search_t;
 
 #define FDE_WINDOW 64 /* table entries a read fetches: 512 bytes */
@@ -481,6 +490,7 @@ static void fde_search_table(uintptr_t hdr, size_t hdr_size, fde_search_t *s) {
 
 static int fde_search_object(struct dl_phdr_info *info, size_t size, void *arg) {
   fde_search_t *s = arg;
+  s->unloads = info->dlpi_subs;
   const ElfW(Phdr) *eh = NULL;
   bool holds_pc = false;
   for (int i = 0; i < info->dlpi_phnum; i++) {
@@ -667,10 +677,15 @@ static uint64_t prof_rule_from_fde(const fde_search_t *found, uintptr_t key) {
   return rule;
 }
 
-static uint64_t prof_rule_read(uintptr_t key, bool libgcc_only) {
+static uint64_t prof_rule_read(uintptr_t key, bool libgcc_only, unsigned long long *unloads) {
   int saved_errno = errno; /* a sampled malloc that succeeds leaves errno as it was */
-  fde_search_t found = {.pc = key, .src = {.fd = -1}};
-  pthread_mutex_lock(&unwind_phdr_lock);
+  fde_search_t found = {.pc = key, .src = {.fd = -1}, .unloads = ~0ull};
+  /* Only tried: a thread that holds the loader's lock (a program's dl_iterate_phdr callback that
+   * allocates, sampled) would wait here for one that holds this lock and waits for the loader's. */
+  if (pthread_mutex_trylock(&unwind_phdr_lock) != 0) {
+    if (unloads != NULL) *unloads = ~0ull;
+    return RULE_BUSY;
+  }
   if (!libgcc_only) dl_iterate_phdr(fde_search_object, &found);
   if (!found.searched && prof_unwind_present()) { /* an object without a table: libgcc has other ways */
     if (found.src.fd >= 0) os_file_close(found.src.fd);
@@ -683,15 +698,46 @@ static uint64_t prof_rule_read(uintptr_t key, bool libgcc_only) {
   uint64_t rule = prof_rule_from_fde(&found, key);
   if (found.src.fd >= 0) os_file_close(found.src.fd);
   errno = saved_errno;
+  if (unloads != NULL) *unloads = found.unloads;
   return rule;
 }
 
-static uint64_t prof_rule_of(uintptr_t key) {
-  const prof_rule_slot_t *found = prof_rule_find(__atomic_load_n(&prof_rules, __ATOMIC_ACQUIRE), key);
+static int loader_unloads_of(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  *(unsigned long long *)arg = info->dlpi_subs;
+  return 1; /* the count is the same in every object's record: the first is enough */
+}
+
+/* Whether the cached rules may be used: no object has been unloaded since they were read, or the
+ * table was just cleared for it (in place: its pages are kept). A walk that finds another thread
+ * in the loader's list or writing rules trusts the table as it is: its stack limit still bounds
+ * what a rule made stale that moment could make it read. One dl_iterate_phdr per walk, which
+ * stops at the first object. */
+static bool prof_rules_current(void) {
+  unsigned long long unloads;
+  if (pthread_mutex_trylock(&unwind_phdr_lock) != 0) return true;
+  dl_iterate_phdr(loader_unloads_of, &unloads);
+  pthread_mutex_unlock(&unwind_phdr_lock);
+  if (QM_LIKELY(unloads == __atomic_load_n(&prof_rules_unloads, __ATOMIC_RELAXED))) return true;
+  if (__atomic_exchange_n(&prof_rules_writer, 1, __ATOMIC_ACQUIRE) != 0) return false;
+  prof_rule_table_t *t = prof_rules;
+  for (size_t i = 0; t != NULL && i <= t->mask; i++) __atomic_store_n(&t->slots[i].key, 0, __ATOMIC_RELAXED);
+  if (t != NULL) t->count = 0;
+  __atomic_store_n(&prof_rules_unloads, unloads, __ATOMIC_RELAXED);
+  __atomic_store_n(&prof_rules_writer, 0, __ATOMIC_RELEASE);
+  return true;
+}
+
+/* key's rule: cached, or read and cached. A walk that could not check the cache against the
+ * loader's unloads (cached false) reads every rule and caches none. */
+static uint64_t prof_rule_of(uintptr_t key, bool cached) {
+  const prof_rule_slot_t *found = cached ? prof_rule_find(__atomic_load_n(&prof_rules, __ATOMIC_ACQUIRE), key) : NULL;
   if (found != NULL) return found->rule;
   if (QM_UNLIKELY(prof_test_unwind_hook != NULL)) prof_test_unwind_hook();
-  uint64_t rule = prof_rule_read(key, false);
-  if (__atomic_exchange_n(&prof_rules_writer, 1, __ATOMIC_ACQUIRE) == 0) {
+  unsigned long long unloads;
+  uint64_t rule = prof_rule_read(key, false, &unloads);
+  if (rule & RULE_BUSY) return rule;
+  if (cached && __atomic_exchange_n(&prof_rules_writer, 1, __ATOMIC_ACQUIRE) == 0) {
     prof_rule_table_t *current = prof_rules;
     prof_rule_slot_t *slot = prof_rule_window(current, key);
     /* The table grows when it has none, is half full, or key's window is full: at up to half
@@ -703,7 +749,8 @@ static uint64_t prof_rule_of(uintptr_t key) {
       prof_rules_grow(slots);
       slot = prof_rule_window(prof_rules, key);
     }
-    if (slot != NULL && slot->key == 0) { /* an empty slot (key's own: an earlier writer cached it) */
+    /* Not a rule read before an unload the table has been cleared for since (prof_rules_current). */
+    if (slot != NULL && slot->key == 0 && unloads == prof_rules_unloads) { /* an empty slot (key's own: an earlier writer cached it) */
       slot->rule = rule;
       __atomic_store_n(&slot->key, key, __ATOMIC_RELEASE);
       prof_rules->count++;
@@ -717,7 +764,7 @@ static uint64_t prof_rule_of(uintptr_t key) {
 uint64_t prof_unwind_rules_read(void) { return __atomic_load_n(&prof_rules_filled, __ATOMIC_RELAXED); }
 
 bool prof_unwind_rule_at(uintptr_t pc) {
-  prof_rule_of(pc);
+  prof_rule_of(pc, prof_rules_current());
   return true;
 }
 
@@ -731,14 +778,34 @@ size_t prof_unwind_rule_home(uintptr_t pc, size_t *slots) {
 
 bool prof_unwind_rules_agree(uintptr_t pc, uint64_t *ours, uint64_t *libgcc) {
   if (!prof_unwind_present()) return false;
-  *ours = prof_rule_read(pc, false);
-  *libgcc = prof_rule_read(pc, true);
+  *ours = prof_rule_read(pc, false, NULL);
+  *libgcc = prof_rule_read(pc, true, NULL);
   return true;
 }
 
 static void prof_rules_fork_child(void) { prof_rules_writer = 0; }
 
 /* ---- the walk ---------------------------------------------------------------------------------- */
+
+extern void *__libc_stack_end; /* glibc's: the stack pointer at the program's entry */
+
+/* A stack larger than this is not taken for the thread's own (prof_stack_limit). */
+#define PROF_STACK_MAX ((uintptr_t)1 << 30)
+
+/* The end of the stack sp is in: no read of the walk goes past it. glibc puts a thread's control
+ * block (where its thread pointer points, %fs:0 holding its own address) and static TLS at the top
+ * of the thread's stack mapping, one the program gave included, so its frames lie below the thread
+ * pointer; the main thread's lie below __libc_stack_end, above which are argc, argv[0] and argv's
+ * end. A stack in neither (a coroutine's, a signal stack) has no end known here: UINTPTR_MAX, and
+ * only PROF_UNWIND_MAX_FRAME bounds each step, as it did every step before. */
+static uintptr_t prof_stack_limit(uintptr_t sp) {
+  uintptr_t tp;
+  __asm__("mov %%fs:0, %0" : "=r"(tp));
+  if (sp < tp && tp - sp <= PROF_STACK_MAX) return tp;
+  uintptr_t end = (uintptr_t)__libc_stack_end;
+  if (sp < end && end - sp <= PROF_STACK_MAX) return end + 3 * sizeof(uintptr_t);
+  return UINTPTR_MAX;
+}
 
 /* Steps from this function's own frame (its registers read at a known instruction) to the
  * outermost one; *general when it stopped at a frame only libgcc can step. */
@@ -747,23 +814,28 @@ static QM_NOINLINE unsigned prof_stack_walk(uintptr_t *frames, unsigned skip, bo
   __asm__ volatile("lea 0(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2" : "=&r"(pc), "=&r"(sp), "=&r"(bp));
   uintptr_t key = pc; /* the rule at the instruction after the lea, whose rsp was read */
   unsigned depth = 0;
-  bool bp_lost = false;
+  bool bp_lost = false, cached = prof_rules_current();
+  uintptr_t limit = prof_stack_limit(sp);
   skip++; /* this frame's caller is prof_stack_capture, not recorded */
   for (;;) {
     if (QM_UNLIKELY(prof_test_unwind_hook != NULL)) prof_test_unwind_hook();
-    uint64_t rule = prof_rule_of(key);
+    uint64_t rule = prof_rule_of(key, cached);
     if (rule & RULE_GENERAL) {
       *general = true;
       break;
     }
-    if (rule & RULE_END) break;
+    if (rule & (RULE_END | RULE_BUSY)) break;
     if ((rule & RULE_ON_RBP) && bp_lost) break;
     uintptr_t cfa = ((rule & RULE_ON_RBP) ? bp : sp) + (uint32_t)rule;
-    /* A CFA below the frame's own stack pointer, or implausibly far: a wrong rule (code
-     * unloaded and replaced), so stop rather than read from it. */
-    if (cfa <= sp || cfa - sp > PROF_UNWIND_MAX_FRAME || (cfa & 7) != 0) break;
+    /* A CFA below the frame's own stack pointer, past the stack's end or implausibly far: a
+     * wrong rule, so stop rather than read from it. */
+    if (cfa <= sp || cfa - sp > PROF_UNWIND_MAX_FRAME || (cfa & 7) != 0 || cfa > limit) break;
     uintptr_t ra = ((const uintptr_t *)cfa)[-1];
-    if (rule & RULE_RBP_SAVED) bp = *(const uintptr_t *)(cfa + (int16_t)(rule >> 48));
+    if (rule & RULE_RBP_SAVED) {
+      uintptr_t saved_at = cfa + (uintptr_t)(intptr_t)(int16_t)(rule >> 48);
+      if (saved_at < sp || saved_at > limit - sizeof(uintptr_t)) break;
+      bp = *(const uintptr_t *)saved_at;
+    }
     if (rule & RULE_RBP_LOST) bp_lost = true;
     sp = cfa;
     if (ra == 0) break;
@@ -783,7 +855,10 @@ static QM_NOINLINE unsigned prof_stack_walk(uintptr_t *frames, unsigned skip, bo
 QM_NOINLINE unsigned prof_stack_capture(uintptr_t *frames, unsigned skip) {
   bool general = false;
   unsigned depth = prof_stack_walk(frames, skip, &general);
-  if (general && prof_unwind_present()) depth = prof_stack_capture_libgcc(frames, skip + 1);
+  if (general && prof_unwind_present()) {
+    unsigned whole = prof_stack_capture_libgcc(frames, skip + 1);
+    if (whole > 0) depth = whole; /* 0: the loader's list was busy; the frames walked stay */
+  }
   __asm__ volatile("" ::: "memory"); /* not a tail call: the frame counts in `skip` */
   return depth;
 }
