@@ -102,6 +102,12 @@ unsigned prof_stack_capture(uintptr_t *frames, unsigned skip);
 /* The same through libgcc's _Unwind_Backtrace alone (tests compare the two); it counts from its
  * own caller, as prof_stack_capture does. */
 unsigned prof_stack_capture_libgcc(uintptr_t *frames, unsigned skip);
+/* For callers outside the profiler (the releaser's start, release.c): the return addresses of the
+ * caller's frames, innermost first (qmalloc's own included), up to PROF_MAX_FRAMES, by x86-64's
+ * cached walk alone: never libgcc, which such a caller must not load. *whole: the walk went as far
+ * as the unwind information does (not cut by PROF_MAX_FRAMES, a frame it cannot step, or another
+ * thread in the loader's list). 0 frames, whole, on other architectures (nothing is walked). */
+unsigned prof_unwind_caller_frames(uintptr_t *frames, bool *whole);
 /* How many frame rules were read from the DWARF call-frame information so far (tests). */
 uint64_t prof_unwind_rules_read(void);
 /* Tests: the rule at code address pc looked up as a walk does (read and cached if new); false on

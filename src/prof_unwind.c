@@ -808,14 +808,17 @@ static uintptr_t prof_stack_limit(uintptr_t sp) {
 }
 
 /* Steps from this function's own frame (its registers read at a known instruction) to the
- * outermost one; *general when it stopped at a frame only libgcc can step. */
-static QM_NOINLINE unsigned prof_stack_walk(uintptr_t *frames, unsigned skip, bool *general) {
+ * outermost one; *general when it stopped at a frame only libgcc can step, *ended when it stopped
+ * where the unwind information ends (the outermost frame, or code without any), not at a wrong
+ * rule, a busy loader list or PROF_MAX_FRAMES. */
+static QM_NOINLINE unsigned prof_stack_walk(uintptr_t *frames, unsigned skip, bool *general, bool *ended) {
   uintptr_t pc, sp, bp;
   __asm__ volatile("lea 0(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2" : "=&r"(pc), "=&r"(sp), "=&r"(bp));
   uintptr_t key = pc; /* the rule at the instruction after the lea, whose rsp was read */
   unsigned depth = 0;
   bool bp_lost = false, cached = prof_rules_current();
   uintptr_t limit = prof_stack_limit(sp);
+  *ended = false;
   skip++; /* this frame's caller is prof_stack_capture, not recorded */
   for (;;) {
     if (QM_UNLIKELY(prof_test_unwind_hook != NULL)) prof_test_unwind_hook();
@@ -824,7 +827,10 @@ static QM_NOINLINE unsigned prof_stack_walk(uintptr_t *frames, unsigned skip, bo
       *general = true;
       break;
     }
-    if (rule & (RULE_END | RULE_BUSY)) break;
+    if (rule & (RULE_END | RULE_BUSY)) {
+      *ended = !(rule & RULE_BUSY);
+      break;
+    }
     if ((rule & RULE_ON_RBP) && bp_lost) break;
     uintptr_t cfa = ((rule & RULE_ON_RBP) ? bp : sp) + (uint32_t)rule;
     /* A CFA below the frame's own stack pointer, past the stack's end or implausibly far: a
@@ -838,7 +844,10 @@ static QM_NOINLINE unsigned prof_stack_walk(uintptr_t *frames, unsigned skip, bo
     }
     if (rule & RULE_RBP_LOST) bp_lost = true;
     sp = cfa;
-    if (ra == 0) break;
+    if (ra == 0) {
+      *ended = true;
+      break;
+    }
     if (skip > 0) skip--;
     else {
       frames[depth++] = ra;
@@ -849,12 +858,19 @@ static QM_NOINLINE unsigned prof_stack_walk(uintptr_t *frames, unsigned skip, bo
   return depth;
 }
 
+unsigned prof_unwind_caller_frames(uintptr_t *frames, bool *whole) {
+  bool general = false;
+  unsigned depth = prof_stack_walk(frames, 0, &general, whole);
+  __asm__ volatile("" ::: "memory"); /* not a tail call: the frame counts as the walk's skipped one */
+  return depth;
+}
+
 /* A frame the rules cannot step (a signal frame, a CFA computed by an expression) has libgcc walk
  * the whole stack if the process has it; if not, the stack ends there: loading libgcc from inside
  * a malloc is not worth the frames beyond a signal handler. */
 QM_NOINLINE unsigned prof_stack_capture(uintptr_t *frames, unsigned skip) {
-  bool general = false;
-  unsigned depth = prof_stack_walk(frames, skip, &general);
+  bool general = false, ended;
+  unsigned depth = prof_stack_walk(frames, skip, &general, &ended);
   if (general && prof_unwind_present()) {
     unsigned whole = prof_stack_capture_libgcc(frames, skip + 1);
     if (whole > 0) depth = whole; /* 0: the loader's list was busy; the frames walked stay */
@@ -876,6 +892,12 @@ size_t prof_unwind_rule_home(uintptr_t pc, size_t *slots) {
 }
 bool prof_unwind_rules_agree(uintptr_t pc, uint64_t *ours, uint64_t *libgcc) { return false; }
 static void prof_rules_fork_child(void) {}
+
+unsigned prof_unwind_caller_frames(uintptr_t *frames, bool *whole) {
+  (void)frames;
+  *whole = true; /* no frames to walk here: nothing cut short */
+  return 0;
+}
 
 QM_NOINLINE unsigned prof_stack_capture(uintptr_t *frames, unsigned skip) {
   unsigned depth = prof_unwind_load() ? prof_stack_capture_libgcc(frames, skip + 1) : 0;

@@ -177,6 +177,9 @@ extern const ElfW(Ehdr) __ehdr_start __attribute__((visibility("hidden"))); /* t
 static struct {
   addr_range_t loader, self;
   bool frees_may_start;
+  addr_range_t libc; /* found at the first start (release_start_safe_here) */
+  bool libc_found;
+  unsigned refusals; /* starts refused in a row: the next walk waits for this many polls */
 } release_callers;
 
 static bool in_range(addr_range_t range, uintptr_t at) { return at >= range.lo && at < range.hi; }
@@ -251,11 +254,74 @@ void release_request(void) {
     __atomic_store_n(&release_state.requested, true, __ATOMIC_RELAXED);
 }
 
+static int libc_range_of(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  uintptr_t libc_code = (uintptr_t)&pthread_create; /* libc's since glibc 2.34 */
+  addr_range_t range = {UINTPTR_MAX, 0};
+  for (unsigned i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD) continue;
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+    if (lo < range.lo) range.lo = lo;
+    if (hi > range.hi) range.hi = hi;
+  }
+  if (!in_range(range, libc_code)) return 0;
+  *(addr_range_t *)arg = range;
+  return 1;
+}
+
+/* Whether this allocator call may create the releaser thread: not from code that libc or the
+ * loader called back. pthread_create takes the loader's TLS lock; a program's dl_iterate_phdr
+ * callback holds the loader's list lock, which a dlopen in another thread, holding the TLS lock,
+ * waits for: a malloc in such a callback that started the releaser hung the process (a thread
+ * walking the list with a callback that allocates, another loading and unloading a plugin: 1 run
+ * in 12 hung, none under glibc; test_releaser_start's callback case). Frames in the loader refuse
+ * too (its own allocations, made under its locks, and what it calls: constructors). A libc frame
+ * with program code inside it and outside it (other than the thread's entry: start_thread, and
+ * __libc_start_main, whose caller _start is the outermost frame) is a callback. Found with the
+ * profiler's walk (x86-64; elsewhere no frames, and the start is allowed as before), which must
+ * see the whole stack: a walk cut short (by another thread's walk holding the loader's list: the
+ * start that passed so hung 1 run in 30) refuses too. A refused
+ * start is tried again 256 polls later, so that a program that allocates in callbacks pays for a
+ * walk rarely. */
+static bool release_start_safe_here(void) {
+  if (!__atomic_load_n(&release_callers.libc_found, __ATOMIC_ACQUIRE)) {
+    addr_range_t libc = {UINTPTR_MAX, 0};
+    dl_iterate_phdr(libc_range_of, &libc);
+    release_callers.libc = libc;
+    __atomic_store_n(&release_callers.libc_found, true, __ATOMIC_RELEASE);
+  }
+  uintptr_t frames[PROF_MAX_FRAMES];
+  bool was = prof_suspend(), whole;
+  unsigned n = prof_unwind_caller_frames(frames, &whole);
+  prof_resume(was);
+  if (!whole) return false; /* a callback may lie beyond what the walk saw */
+  bool program_inside = false, libc_around_program = false;
+  for (unsigned i = 0; i < n; i++) {
+    uintptr_t at = frames[i] - 1; /* inside the call instruction */
+    if (in_range(release_callers.loader, at)) return false;
+    if (in_range(release_callers.self, at)) continue;
+    if (in_range(release_callers.libc, at)) libc_around_program |= program_inside;
+    else if (libc_around_program && i + 1 < n) return false; /* program code outside it: a callback */
+    else program_inside = true;
+  }
+  return true;
+}
+
 void release_poll(void) {
   /* started is written atomically by release_start while other threads poll (ThreadSanitizer
    * found the plain read here in stress-stress). */
   if (__atomic_load_n(&release_state.requested, __ATOMIC_RELAXED) &&
       !__atomic_load_n(&release_state.started, __ATOMIC_ACQUIRE) && init_done) {
+    unsigned wait = __atomic_load_n(&release_callers.refusals, __ATOMIC_RELAXED);
+    if (wait > 0) { /* a start was refused lately: not yet (a racing decrement only shortens the wait) */
+      __atomic_store_n(&release_callers.refusals, wait - 1, __ATOMIC_RELAXED);
+      return;
+    }
+    if (!release_start_safe_here()) {
+      __atomic_store_n(&release_callers.refusals, 255, __ATOMIC_RELAXED);
+      return;
+    }
     __atomic_store_n(&release_state.requested, false, __ATOMIC_RELAXED);
     release_start();
   }

@@ -13,8 +13,14 @@
  *    started it, the retain cap would keep all 64 MiB;
  *  - loader: the frees case in this program run through its dynamic loader (`ld.so ./prog`, as
  *    some launchers do), where getauxval(AT_BASE) is 0: qmalloc then finds the loader from its
- *    debugger record. Before, it took the program for a static one and no free started the thread.
+ *    debugger record. Before, it took the program for a static one and no free started the thread;
+ *  - callback: threads allocate inside dl_iterate_phdr callbacks (holding the loader's list lock)
+ *    while another loads and unloads a module (holding the loader's TLS lock, and waiting for the
+ *    list's): a releaser started from such a callback waited for the TLS lock in pthread_create.
+ *    16 processes run the race a while each; none may hang, and afterwards an allocation outside
+ *    any callback must start the releaser. Before, about 1 process in 12 hung.
  * The third case, a dlopen'd module's TLS, runs preloaded: preload-releaser_tls. */
+#include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
 #include <pthread.h>
@@ -131,6 +137,65 @@ static int case_frees(void) {
   return tu_summary(frees_label);
 }
 
+/* ---- callback ---- */
+static volatile int callbacks_stop;
+
+static int allocating_callback(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)info, (void)size, (void)arg;
+  void *volatile p = malloc(3000);
+  free(p);
+  return 0;
+}
+
+static void *phdr_walker(void *arg) {
+  (void)arg;
+  while (!callbacks_stop) dl_iterate_phdr(allocating_callback, NULL);
+  return NULL;
+}
+
+static void *module_reloader(void *arg) {
+  (void)arg;
+  for (int round = 0; round < 150; round++) {
+    void *module = dlopen(QM_TEST_MODULE, RTLD_NOW | RTLD_LOCAL);
+    if (module != NULL) dlclose(module);
+  }
+  return NULL;
+}
+
+/* One process's race; exits 0 if it ended and the releaser then started. */
+static int callback_race(void) {
+  pthread_t walkers[2], reloader;
+  for (int i = 0; i < 2; i++) pthread_create(&walkers[i], NULL, phdr_walker, NULL);
+  pthread_create(&reloader, NULL, module_reloader, NULL);
+  pthread_join(reloader, NULL);
+  callbacks_stop = 1;
+  for (int i = 0; i < 2; i++) pthread_join(walkers[i], NULL);
+  for (int i = 0; i < 600; i++) { /* large blocks, each a poll outside any callback: a refused start is tried again */
+    void *volatile p = malloc((size_t)300 << 10);
+    free(p);
+  }
+  return releaser_seen() ? 0 : 2;
+}
+
+static int case_callback(void) {
+  enum { PROCESSES = 16 };
+  for (int k = 0; k < PROCESSES; k++) {
+    pid_t pid = fork();
+    if (pid == 0) _exit(callback_race());
+    int status = 0, waited = 0;
+    while (waitpid(pid, &status, WNOHANG) == 0 && waited++ < 3000) sleep_ms(10);
+    if (waited > 3000) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      CHECK_MSG(0, "process %d of %d hung (30 s): a releaser started inside a dl_iterate_phdr callback?", k + 1, PROCESSES);
+      break;
+    }
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "process %d: %s %d (exit 2: no releaser after the race)", k + 1,
+              WIFEXITED(status) ? "exit" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+  }
+  return tu_summary("api-releaser_start (callback)");
+}
+
 /* ---- loader ---- */
 #define THROUGH_LOADER "--through-loader"
 
@@ -171,8 +236,8 @@ int main(int argc, char **argv) {
     printf("api-releaser_start: skipped: QMALLOC_RELEASE_THREAD=0 turns off the background releaser this tests\n");
     return 77;
   }
-  int (*cases[])(void) = {case_fork, case_frees, case_loader};
-  const char *names[] = {"fork", "frees", "loader"};
+  int (*cases[])(void) = {case_fork, case_frees, case_loader, case_callback};
+  const char *names[] = {"fork", "frees", "loader", "callback"};
   enum { CASES = sizeof cases / sizeof cases[0] };
   int failed = 0;
   for (int i = 0; i < CASES; i++) {
