@@ -259,9 +259,9 @@ void release_after_fork_child(void);
 #define FORK_SLOT_REGISTRY 0
 #define FORK_SLOT_CENTRAL(cls) (cls) /* 1 .. SIZECLASS_COUNT - 1 */
 #define FORK_SLOT_PAGEHEAP SIZECLASS_COUNT
-#define FORK_SLOT_PROF (SIZECLASS_COUNT + 1) /* prof.c's handlers take it after all the above */
-#define FORK_SLOT_UNWIND (SIZECLASS_COUNT + 2) /* and this one after prof_lock */
-#define FORK_SLOTS (SIZECLASS_COUNT + 3)
+#define FORK_SLOT_PROF (SIZECLASS_COUNT + 1) /* prof.c's handlers take it after all the above, then
+                                              prof_unwind.c's flag of the loader's list (no slot) */
+#define FORK_SLOTS (SIZECLASS_COUNT + 2)
 /* Registers the fork handlers (once, from init_process: pthread_atfork may allocate). */
 void fork_register(void);
 /* For the *_lock_for_fork functions: takes `lock` unless the process is single-threaded or the

@@ -22,6 +22,7 @@
 #include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -58,8 +59,24 @@ QM_EARLY_DATA static pthread_mutex_t unwind_load_lock = PTHREAD_MUTEX_INITIALIZE
  * inside its unwinder), and by the fork handlers (prof_unwind_lock_for_fork): glibc 2.36 does not
  * reset the loader's lock for that list in a fork child, so a child forked while another thread
  * sampled inside it waited on it forever (tests/preload/test_fork_safety.sh, stdio: 2 hangs in
- * 95 runs beside each other; a forked child's first sample reads its rules). */
-QM_EARLY_DATA static pthread_mutex_t unwind_phdr_lock = PTHREAD_MUTEX_INITIALIZER;
+ * 95 runs beside each other; a forked child's first sample reads its rules). Only ever tried from
+ * a sample, never waited for (prof_rule_read says why), so a flag rather than a mutex: glibc's
+ * pthread_mutex_trylock reads a jump table in libc's read-only data, whose page (and the 64 KiB
+ * the kernel maps around it) a sampling process then had resident for nothing (unit-prof's
+ * read-from-file check saw those pages in 3 runs of 40). */
+QM_EARLY_DATA static int unwind_phdr_busy;
+static __thread bool unwind_phdr_mine; /* this thread holds it (a fork from a signal handler) */
+
+static bool unwind_phdr_try(void) {
+  if (__atomic_exchange_n(&unwind_phdr_busy, 1, __ATOMIC_ACQUIRE) != 0) return false;
+  unwind_phdr_mine = true;
+  return true;
+}
+
+static void unwind_phdr_release(void) {
+  unwind_phdr_mine = false;
+  __atomic_store_n(&unwind_phdr_busy, 0, __ATOMIC_RELEASE);
+}
 
 /* open: dlopen libgcc_s.so.1 if the process has no libgcc; without it, a process that has none
  * stays "not loaded", so that a later call with open can still load it. */
@@ -125,9 +142,9 @@ static _Unwind_Reason_Code prof_unwind_frame(struct _Unwind_Context *ctx, void *
 QM_NOINLINE unsigned prof_stack_capture_libgcc(uintptr_t *frames, unsigned skip) {
   prof_unwind_t u = {frames, 0, skip + 1};
   if (!prof_unwind_present()) return 0;
-  if (pthread_mutex_trylock(&unwind_phdr_lock) != 0) return 0; /* busy: see prof_rule_read */
+  if (!unwind_phdr_try()) return 0; /* busy: see prof_rule_read */
   unwind_backtrace(prof_unwind_frame, &u);
-  pthread_mutex_unlock(&unwind_phdr_lock);
+  unwind_phdr_release();
   __asm__ volatile("" ::: "memory"); /* not a tail call: the frame must stay for the count above */
   return u.depth;
 }
@@ -682,7 +699,7 @@ static uint64_t prof_rule_read(uintptr_t key, bool libgcc_only, unsigned long lo
   fde_search_t found = {.pc = key, .src = {.fd = -1}, .unloads = ~0ull};
   /* Only tried: a thread that holds the loader's lock (a program's dl_iterate_phdr callback that
    * allocates, sampled) would wait here for one that holds this lock and waits for the loader's. */
-  if (pthread_mutex_trylock(&unwind_phdr_lock) != 0) {
+  if (!unwind_phdr_try()) {
     if (unloads != NULL) *unloads = ~0ull;
     return RULE_BUSY;
   }
@@ -694,7 +711,7 @@ static uint64_t prof_rule_read(uintptr_t key, bool libgcc_only, unsigned long lo
     found.fde = (uintptr_t)unwind_find_fde((void *)key, &bases);
     found.func = (uintptr_t)bases.func;
   }
-  pthread_mutex_unlock(&unwind_phdr_lock);
+  unwind_phdr_release();
   uint64_t rule = prof_rule_from_fde(&found, key);
   if (found.src.fd >= 0) os_file_close(found.src.fd);
   errno = saved_errno;
@@ -715,9 +732,9 @@ static int loader_unloads_of(struct dl_phdr_info *info, size_t size, void *arg) 
  * stops at the first object. */
 static bool prof_rules_current(void) {
   unsigned long long unloads;
-  if (pthread_mutex_trylock(&unwind_phdr_lock) != 0) return true;
+  if (!unwind_phdr_try()) return true;
   dl_iterate_phdr(loader_unloads_of, &unloads);
-  pthread_mutex_unlock(&unwind_phdr_lock);
+  unwind_phdr_release();
   if (QM_LIKELY(unloads == __atomic_load_n(&prof_rules_unloads, __ATOMIC_RELAXED))) return true;
   if (__atomic_exchange_n(&prof_rules_writer, 1, __ATOMIC_ACQUIRE) != 0) return false;
   prof_rule_table_t *t = prof_rules;
@@ -923,6 +940,24 @@ void prof_unwind_fork_child(void) {
   prof_rules_fork_child();
 }
 
-void prof_unwind_lock_for_fork(void) { fork_lock(&unwind_phdr_lock, FORK_SLOT_UNWIND); }
+/* Whether prepare took the flag (this thread's fork). */
+static __thread bool unwind_phdr_taken_for_fork;
 
-void prof_unwind_unlock_after_fork(bool child) { fork_unlock(&unwind_phdr_lock, FORK_SLOT_UNWIND, child); }
+/* Waits for another thread's walk to end, unless this thread holds the flag: the code a signal
+ * handler that forks interrupted, which cannot go on before fork returns. */
+void prof_unwind_lock_for_fork(void) {
+  if (unwind_phdr_mine) return;
+  while (!unwind_phdr_try()) sched_yield();
+  unwind_phdr_taken_for_fork = true;
+}
+
+void prof_unwind_unlock_after_fork(bool child) {
+  bool taken = unwind_phdr_taken_for_fork;
+  unwind_phdr_taken_for_fork = false;
+  if (child) { /* whoever held it is gone */
+    unwind_phdr_mine = false;
+    __atomic_store_n(&unwind_phdr_busy, 0, __ATOMIC_RELAXED);
+  } else if (taken) {
+    unwind_phdr_release();
+  }
+}

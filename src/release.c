@@ -16,7 +16,9 @@
  *   stack cache, which pthread_create takes too. Started from such a free, the releaser hung the
  *   process: a forked child whose first allocator call was one (the child of a parent with a
  *   releaser asks for its own), or a join whose frees took the free pages past the start's
- *   threshold (api-releaser_start, preload-releaser_tls). glibc allocates under neither that lock
+ *   threshold (api-releaser_start, preload-releaser_tls). Nor by code libc or the loader called
+ *   back (a dl_iterate_phdr callback holds the loader's list lock, against pthread_create's TLS
+ *   lock: callers.h). glibc allocates under neither that lock
  *   nor, with a stack size given, the other one pthread_create may take (its default
  *   attributes', release_start). A program with no dynamic loader (static) gets the thread from
  *   allocating calls only. Started before the call's page-heap work, as it was from the free
@@ -41,15 +43,12 @@
  * Lock: release_state.lock guards the start. Callers: pageheap.c and tcache.c (requests), api.c
  * (polls, in allocating calls and free's slow paths, outside windows), init.c (fork), api.c
  * (release_all_free, for malloc_trim). */
-#include <elf.h>
-#include <link.h>
 #include <pthread.h>
 #include <signal.h>
-#include <string.h>
-#include <sys/auxv.h>
 #include <sys/resource.h>
 #include <time.h>
 
+#include "callers.h"
 #include "internal.h"
 #include "prof.h"
 
@@ -144,58 +143,11 @@ static void *release_main(void *unused) {
   return NULL;
 }
 
-/* The addresses an ELF object loaded at `header` spans (all its PT_LOAD segments); empty (lo > hi)
- * if header is NULL or not an ELF header. Reads the mapped headers: no lock, no allocation. */
-typedef struct {
-  uintptr_t lo, hi;
-} addr_range_t;
-
-static addr_range_t elf_range(const ElfW(Ehdr) *header) {
-  addr_range_t range = {UINTPTR_MAX, 0};
-  if (header == NULL || memcmp(header->e_ident, ELFMAG, SELFMAG) != 0) return range;
-  const ElfW(Phdr) *phdrs = (const ElfW(Phdr) *)((const char *)header + header->e_phoff);
-  uintptr_t bias = 0;
-  for (unsigned i = 0; i < header->e_phnum; i++) /* the segment that maps the header gives the bias */
-    if (phdrs[i].p_type == PT_LOAD && phdrs[i].p_offset == 0) bias = (uintptr_t)header - phdrs[i].p_vaddr;
-  for (unsigned i = 0; i < header->e_phnum; i++) {
-    if (phdrs[i].p_type != PT_LOAD) continue;
-    uintptr_t lo = bias + phdrs[i].p_vaddr, hi = lo + phdrs[i].p_memsz;
-    if (lo < range.lo) range.lo = lo;
-    if (hi > range.hi) range.hi = hi;
-  }
-  return range;
-}
-
-extern const ElfW(Ehdr) __ehdr_start __attribute__((visibility("hidden"))); /* this object's (ld) */
-
-/* Where a free may not start the releaser from (release_poll_in_free), set by release_init. glibc's
- * frees under its stack cache's lock are the dynamic loader's (_dl_deallocate_tls, the TLS of
- * joined threads). Nor may a call from inside qmalloc's own object start it (a slow path called,
- * not jumped to, where the return address is not the program's), nor any free in a program with no
- * dynamic loader (static: glibc's loader code is then in the program itself; frees_may_start stays
- * false, as it is before init). */
-static struct {
-  addr_range_t loader, self;
-  bool frees_may_start;
-  addr_range_t libc; /* found at the first start (release_start_safe_here) */
-  bool libc_found;
-  unsigned refusals; /* starts refused in a row: the next walk waits for this many polls */
-} release_callers;
-
-static bool in_range(addr_range_t range, uintptr_t at) { return at >= range.lo && at < range.hi; }
-
 /* The wake's condition waits on the monotonic clock: a change of the wall clock must not stretch
  * or skip the period. Made at init, before any thread can signal it, and again in a forked child
  * (with the callers' ranges, the same there). */
 void release_init(void) {
-  /* AT_BASE is 0 when ld.so was run as the program (`ld.so ./prog`, as some launchers do): the
-   * kernel loaded it as the executable. Its debugger record holds its address in both cases (0 in
-   * a static program, which has no loader to find). */
-  uintptr_t loader_base = (uintptr_t)getauxval(AT_BASE);
-  if (loader_base == 0) loader_base = (uintptr_t)_r_debug.r_ldbase;
-  release_callers.loader = elf_range((const ElfW(Ehdr) *)loader_base);
-  release_callers.self = elf_range(&__ehdr_start);
-  release_callers.frees_may_start = release_callers.loader.lo < release_callers.loader.hi;
+  callers_init();
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
   pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -254,72 +206,25 @@ void release_request(void) {
     __atomic_store_n(&release_state.requested, true, __ATOMIC_RELAXED);
 }
 
-static int libc_range_of(struct dl_phdr_info *info, size_t size, void *arg) {
-  (void)size;
-  uintptr_t libc_code = (uintptr_t)&pthread_create; /* libc's since glibc 2.34 */
-  addr_range_t range = {UINTPTR_MAX, 0};
-  for (unsigned i = 0; i < info->dlpi_phnum; i++) {
-    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-    if (ph->p_type != PT_LOAD) continue;
-    uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
-    if (lo < range.lo) range.lo = lo;
-    if (hi > range.hi) range.hi = hi;
-  }
-  if (!in_range(range, libc_code)) return 0;
-  *(addr_range_t *)arg = range;
-  return 1;
-}
-
-/* Whether this allocator call may create the releaser thread: not from code that libc or the
- * loader called back. pthread_create takes the loader's TLS lock; a program's dl_iterate_phdr
- * callback holds the loader's list lock, which a dlopen in another thread, holding the TLS lock,
- * waits for: a malloc in such a callback that started the releaser hung the process (a thread
- * walking the list with a callback that allocates, another loading and unloading a plugin: 1 run
- * in 12 hung, none under glibc; test_releaser_start's callback case). Frames in the loader refuse
- * too (its own allocations, made under its locks, and what it calls: constructors). A libc frame
- * with program code inside it and outside it (other than the thread's entry: start_thread, and
- * __libc_start_main, whose caller _start is the outermost frame) is a callback. Found with the
- * profiler's walk (x86-64; elsewhere no frames, and the start is allowed as before), which must
- * see the whole stack: a walk cut short (by another thread's walk holding the loader's list: the
- * start that passed so hung 1 run in 30) refuses too. A refused
- * start is tried again 256 polls later, so that a program that allocates in callbacks pays for a
- * walk rarely. */
-static bool release_start_safe_here(void) {
-  if (!__atomic_load_n(&release_callers.libc_found, __ATOMIC_ACQUIRE)) {
-    addr_range_t libc = {UINTPTR_MAX, 0};
-    dl_iterate_phdr(libc_range_of, &libc);
-    release_callers.libc = libc;
-    __atomic_store_n(&release_callers.libc_found, true, __ATOMIC_RELEASE);
-  }
-  uintptr_t frames[PROF_MAX_FRAMES];
-  bool was = prof_suspend(), whole;
-  unsigned n = prof_unwind_caller_frames(frames, &whole);
-  prof_resume(was);
-  if (!whole) return false; /* a callback may lie beyond what the walk saw */
-  bool program_inside = false, libc_around_program = false;
-  for (unsigned i = 0; i < n; i++) {
-    uintptr_t at = frames[i] - 1; /* inside the call instruction */
-    if (in_range(release_callers.loader, at)) return false;
-    if (in_range(release_callers.self, at)) continue;
-    if (in_range(release_callers.libc, at)) libc_around_program |= program_inside;
-    else if (libc_around_program && i + 1 < n) return false; /* program code outside it: a callback */
-    else program_inside = true;
-  }
-  return true;
-}
+/* Starts refused in a row wait this many polls before the next try (release_poll). */
+static unsigned release_refusals;
 
 void release_poll(void) {
   /* started is written atomically by release_start while other threads poll (ThreadSanitizer
    * found the plain read here in stress-stress). */
   if (__atomic_load_n(&release_state.requested, __ATOMIC_RELAXED) &&
       !__atomic_load_n(&release_state.started, __ATOMIC_ACQUIRE) && init_done) {
-    unsigned wait = __atomic_load_n(&release_callers.refusals, __ATOMIC_RELAXED);
+    unsigned wait = __atomic_load_n(&release_refusals, __ATOMIC_RELAXED);
     if (wait > 0) { /* a start was refused lately: not yet (a racing decrement only shortens the wait) */
-      __atomic_store_n(&release_callers.refusals, wait - 1, __ATOMIC_RELAXED);
+      __atomic_store_n(&release_refusals, wait - 1, __ATOMIC_RELAXED);
       return;
     }
-    if (!release_start_safe_here()) {
-      __atomic_store_n(&release_callers.refusals, 255, __ATOMIC_RELAXED);
+    /* Not from code libc or the loader called back (callers.h): tried again 256 polls later, so
+     * that a program that allocates in callbacks pays for a stack walk rarely; at the next poll
+     * if the walk could not tell. */
+    callers_verdict_t verdict = callers_may_create_thread();
+    if (verdict != CALLERS_YES) {
+      if (verdict == CALLERS_NO) __atomic_store_n(&release_refusals, 255, __ATOMIC_RELAXED);
       return;
     }
     __atomic_store_n(&release_state.requested, false, __ATOMIC_RELAXED);
@@ -328,11 +233,9 @@ void release_poll(void) {
 }
 
 /* A program whose last calls are frees still gets the thread that gives their pages back: its own
- * frees may start it, the loader's may not (release_callers). */
+ * frees may start it, the loader's may not (callers.h). */
 void release_poll_in_free(const void *ret) {
-  uintptr_t at = (uintptr_t)ret;
-  if (release_callers.frees_may_start && !in_range(release_callers.loader, at) && !in_range(release_callers.self, at))
-    release_poll();
+  if (callers_free_may_start_thread(ret)) release_poll();
 }
 
 uint64_t release_wakeups(void) { return __atomic_load_n(&release_state.wakeups, __ATOMIC_RELAXED); }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "freelist.h"
+#include "callers.h"
 #include "internal.h"
 #include "log.h"
 #include "os.h"
@@ -131,9 +132,15 @@ static void tcache_debug_check(const tcache_t *tc, const char *where) {
 static void tcache_thread_init(tcache_t *tc) {
   init_process();
   if (tc->state == TCACHE_LIVE) return; /* init_process's own allocations made it already */
-  if (!tcache_registry.exit_key_ok) {
+  if (!tcache_registry.exit_key_ok || callers_thread_exiting()) {
     /* Nothing would hand the cache back at thread exit, and a dead thread's memory is reused for
-     * the next one's: the thread works uncached, as an exiting one does (slower, never wrong). */
+     * the next one's: the thread works uncached, as an exiting one does (slower, never wrong).
+     * So does a thread whose first call comes from a destructor glibc runs as it tears the thread
+     * down: a pthread key's destructor in the last of PTHREAD_DESTRUCTOR_ITERATIONS rounds is
+     * followed by none, so qmalloc's own key's destructor would not run, and the cache would
+     * stay registered in memory glibc reuses for the next thread's TLS (the registry's list
+     * then looped on itself: every scan, malloc_stats and exiting thread hung, and a process
+     * whose main thread called pthread_exit never ended; api-key_last_round). */
     tc->state = TCACHE_DEAD;
     return;
   }
