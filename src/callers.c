@@ -45,6 +45,7 @@ extern const ElfW(Ehdr) __ehdr_start __attribute__((visibility("hidden"))); /* t
 static struct {
   addr_range_t loader, self, libc;
   bool frees_may_start;
+  int libc_claimed; /* the first finder writes libc, then sets libc_found (release) */
   bool libc_found;
 } callers;
 
@@ -90,11 +91,15 @@ typedef enum { FRAME_LOADER, FRAME_LIBC, FRAME_PROGRAM } frame_kind_t;
  * nothing is walked. A walk cut short because another thread's walk held the loader's list is
  * tried again a few times (threads starting together walk together). */
 static int callers_walk(frame_kind_t kinds[PROF_MAX_FRAMES]) {
-  if (!__atomic_load_n(&callers.libc_found, __ATOMIC_ACQUIRE)) {
-    addr_range_t libc = {UINTPTR_MAX, 0};
+  addr_range_t libc = {UINTPTR_MAX, 0};
+  if (__atomic_load_n(&callers.libc_found, __ATOMIC_ACQUIRE)) {
+    libc = callers.libc;
+  } else { /* found by every caller until one has published it */
     dl_iterate_phdr(libc_range_of, &libc);
-    callers.libc = libc; /* racing finders write the same */
-    __atomic_store_n(&callers.libc_found, true, __ATOMIC_RELEASE);
+    if (__atomic_exchange_n(&callers.libc_claimed, 1, __ATOMIC_ACQ_REL) == 0) {
+      callers.libc = libc;
+      __atomic_store_n(&callers.libc_found, true, __ATOMIC_RELEASE);
+    }
   }
   uintptr_t frames[PROF_MAX_FRAMES];
   bool was = prof_suspend(), whole = false; /* nothing here is sampled */
@@ -109,7 +114,7 @@ static int callers_walk(frame_kind_t kinds[PROF_MAX_FRAMES]) {
   for (unsigned i = 0; i < n; i++) {
     uintptr_t at = frames[i] - 1; /* inside the call instruction */
     if (in_range(callers.self, at)) continue;
-    kinds[count++] = in_range(callers.loader, at) ? FRAME_LOADER : in_range(callers.libc, at) ? FRAME_LIBC : FRAME_PROGRAM;
+    kinds[count++] = in_range(callers.loader, at) ? FRAME_LOADER : in_range(libc, at) ? FRAME_LIBC : FRAME_PROGRAM;
   }
   return count;
 }
