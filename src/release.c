@@ -206,8 +206,9 @@ void release_request(void) {
     __atomic_store_n(&release_state.requested, true, __ATOMIC_RELAXED);
 }
 
-/* Starts refused in a row wait this many polls before the next try (release_poll). */
-static unsigned release_refusals;
+/* A refused start waits this many polls before the next try (release_poll): none after the first
+ * refusal, then twice as many after each further one, up to 255. */
+static unsigned release_refusals, release_refusal_streak;
 
 void release_poll(void) {
   /* started is written atomically by release_start while other threads poll (ThreadSanitizer
@@ -219,12 +220,18 @@ void release_poll(void) {
       __atomic_store_n(&release_refusals, wait - 1, __ATOMIC_RELAXED);
       return;
     }
-    /* Not from code libc or the loader called back (callers.h): tried again 256 polls later, so
-     * that a program that allocates in callbacks pays for a stack walk rarely; at the next poll
-     * if the walk could not tell. */
+    /* Not from code libc or the loader called back (callers.h). A program that allocates in
+     * callbacks pays for a stack walk at fewer and fewer polls, one in 256 at most; one refusal
+     * costs nothing more (a forked child's thread creation, whose allocations are the loader's,
+     * then one malloc of its own: api-releaser_start, whose child started no releaser when a
+     * refusal made it wait 255 polls). At the next poll if the walk could not tell. */
     callers_verdict_t verdict = callers_may_create_thread();
     if (verdict != CALLERS_YES) {
-      if (verdict == CALLERS_NO) __atomic_store_n(&release_refusals, 255, __ATOMIC_RELAXED);
+      if (verdict == CALLERS_NO) {
+        unsigned streak = __atomic_load_n(&release_refusal_streak, __ATOMIC_RELAXED);
+        if (streak < 8) __atomic_store_n(&release_refusal_streak, streak + 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&release_refusals, (1u << streak) - 1, __ATOMIC_RELAXED);
+      }
       return;
     }
     __atomic_store_n(&release_state.requested, false, __ATOMIC_RELAXED);
@@ -242,6 +249,7 @@ uint64_t release_wakeups(void) { return __atomic_load_n(&release_state.wakeups, 
 
 void release_after_fork_child(void) {
   pthread_mutex_init(&release_state.lock, NULL);
+  release_refusals = release_refusal_streak = 0; /* the parent's refusals are not the child's */
   /* The parent's releaser, or a free waking it, may have held these at the fork. */
   pthread_mutex_init(&release_state.wake_lock, NULL);
   release_init();
