@@ -192,6 +192,7 @@ static bool options_parse_value(option_type_t type, const char *s, size_t n, lon
   unsigned long long multiplier = 1;
   switch (type) {
   case OPTION_TYPE_BYTES:
+  case OPTION_TYPE_PAGE:
     if (!options_parse_byte_suffix(suffix, suffix_len, &multiplier))
       return false;
     break;
@@ -215,10 +216,9 @@ static bool options_parse_value(option_type_t type, const char *s, size_t n, lon
 static bool options_in_range(const option_info_t *info, long long v) {
   if (v < info->min || v > info->max)
     return false;
-  if (info->type == OPTION_TYPE_POW2 && (v & (v - 1)) != 0)
-    return false;
-  /* A page size: 0 (the kernel's) or a power of two; 3K was taken and did nothing (os_page_size). */
-  if (info == &options_table[OPTION_OS_PAGE] && (v & (v - 1)) != 0)
+  /* A page size may be 0 (the kernel's), a POW2 may not (min > 0); 3K was taken for os_page and
+   * did nothing (os_page_size). */
+  if ((info->type == OPTION_TYPE_POW2 || info->type == OPTION_TYPE_PAGE) && (v & (v - 1)) != 0)
     return false;
   return true;
 }
@@ -239,6 +239,8 @@ const char *options_type_name(option_type_t type) {
     return "power of two";
   case OPTION_TYPE_BYTES:
     return "bytes";
+  case OPTION_TYPE_PAGE:
+    return "page size";
   case OPTION_TYPE_MS:
     return "ms";
   case OPTION_TYPE_PATH:
@@ -259,7 +261,8 @@ size_t options_format_value(option_id_t id, long long v, char *buf, size_t cap) 
     return v < 0 ? log_format(buf, cap, "never") : log_format(buf, cap, "%lld", v);
   case OPTION_TYPE_PATH: /* the value is a length: show the text, which only the current value has */
     return log_format(buf, cap, "%s", v == 0 ? "none" : options_strings[id]);
-  case OPTION_TYPE_BYTES: {
+  case OPTION_TYPE_BYTES:
+  case OPTION_TYPE_PAGE: {
     static const char units[] = "TGMK";
     for (int u = 0; units[u] != '\0'; u++) {
       long long unit = 1LL << (10 * (4 - u));
@@ -298,7 +301,7 @@ size_t options_format_range(option_id_t id, char *buf, size_t cap) {
   char lo[24], hi[24];
   options_format_value(id, info->min, lo, sizeof lo);
   options_format_value(id, info->max, hi, sizeof hi);
-  if (id == OPTION_OS_PAGE)
+  if (info->type == OPTION_TYPE_PAGE)
     return log_format(buf, cap, "0 or a power of two up to %s", hi);
   return log_format(buf, cap, "%s..%s", lo, hi);
 }
@@ -307,7 +310,7 @@ size_t options_format_range(option_id_t id, char *buf, size_t cap) {
 static void options_format_expected(option_id_t id, char *buf, size_t cap) {
   static const char *const words[] = {
       [OPTION_TYPE_BOOL] = "",           [OPTION_TYPE_COUNT] = "an integer ",
-      [OPTION_TYPE_POW2] = "",           [OPTION_TYPE_BYTES] = "bytes ",
+      [OPTION_TYPE_POW2] = "",           [OPTION_TYPE_BYTES] = "bytes ",     [OPTION_TYPE_PAGE] = "bytes ",
       [OPTION_TYPE_MS] = "milliseconds ",  [OPTION_TYPE_PATH] = "a path of ",
   };
   size_t n = log_format(buf, cap, "%s", words[options_table[id].type]);

@@ -31,7 +31,7 @@
  *         test); the preprocessor cannot change case, so both spellings are written out.
  *   name  lower_snake; the environment variable is QMALLOC_<NAME>.
  *   type  BOOL, COUNT (plain integer), POW2 (integer that must be a power of two), BYTES (K/M/G/T
- *         suffixes accepted), MS (milliseconds, "ms" or "s" suffix accepted; with min -1, "never"
+ *         suffixes accepted), PAGE (a page size: bytes as BYTES, 0 or a power of two), MS (milliseconds, "ms" or "s" suffix accepted; with min -1, "never"
  *         or "-1" is the value -1: an interval that never ends), PATH (a string: default, min and
  *         max bound its length).
  *   help  one line, shown in docs/options.md word for word. */
@@ -109,7 +109,7 @@
     "large blocks at least this big are returned to the OS as soon as freed (0: every one)")       \
   X(RELEASE_THREAD, release_thread, BOOL, 1, 0, 1,                                                 \
     "a background thread returns idle memory when the program makes no allocator calls")          \
-  X(OS_PAGE, os_page, BYTES, 0, 0, 64 * OPTIONS_KIB,                                               \
+  X(OS_PAGE, os_page, PAGE, 0, 0, 64 * OPTIONS_KIB,                                               \
     "page size assumed for the kernel when a larger power of two than its own (64K tests a 64 KiB-page system)") \
   X(MIN_ALIGN, min_align, POW2, QM_MIN_ALIGN_DEFAULT, 8, 16,                                       \
     "alignment of the smallest objects; 8 adds an 8-byte class")                                   \
@@ -138,6 +138,7 @@ typedef enum {
   OPTION_TYPE_COUNT,
   OPTION_TYPE_POW2,
   OPTION_TYPE_BYTES,
+  OPTION_TYPE_PAGE,
   OPTION_TYPE_MS,
   OPTION_TYPE_PATH, /* a string; the value is its length (0: not set), the text option_string() */
 } option_type_t;
