@@ -138,14 +138,66 @@ static inline int tu_exec_self(char *const argv[], char *const envp[]) {
   return execve(args[0], args, envp != NULL ? envp : environ);
 }
 
+/* ---- children that may hang ------------------------------------------------------------------ */
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static inline void tu_sleep_ms(long ms) {
+  struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&t, NULL);
+}
+
+/* Waits up to `seconds` for child `pid` to end; a child still running then is killed (SIGKILL) and
+ * reaped. Returns 1 if it ended by itself, 0 if it was killed: a hang is a test's failure, reported
+ * after a bound generous enough not to be a timing assumption. *status: how it ended. */
+static inline int tu_wait_child(pid_t pid, int seconds, int *status) {
+  *status = 0;
+  for (int waited = 0; waitpid(pid, status, WNOHANG) == 0; waited++) {
+    if (waited == seconds * 100) {
+      kill(pid, SIGKILL);
+      waitpid(pid, status, 0);
+      return 0;
+    }
+    tu_sleep_ms(10);
+  }
+  return 1;
+}
+
+/* Runs each case in a forked child of its own (a fresh process: a hang or a crash stays there),
+ * watched for `seconds`; prints a FAIL line for each case that hung or did not exit 0, then
+ * "<test>: N of M cases failed". Returns main's exit status. */
+static inline int tu_run_cases(const char *test, int (*const cases[])(void), const char *const names[], int count, int seconds) {
+  int failed = 0;
+  for (int i = 0; i < count; i++) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+      int rc = cases[i]();
+      fflush(stdout);
+      _exit(rc);
+    }
+    int status;
+    if (!tu_wait_child(pid, seconds, &status)) {
+      printf("FAIL: case %s hung (%d s)\n", names[i], seconds);
+      failed++;
+    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      printf("FAIL: case %s: %s %d\n", names[i], WIFEXITED(status) ? "exit" : "signal",
+             WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+      failed++;
+    }
+  }
+  printf("%s: %d of %d cases failed\n", test, failed, count);
+  return failed != 0;
+}
+
 /* ---- what a dying child prints ------------------------------------------------------------------
  * Runs body(arg) in a forked child with its stderr on a pipe (SIGABRT at its default, so that a
  * fatal check ends it as in a program); puts what it printed in out (NUL-terminated, at most cap - 1
  * bytes) and how it ended in *status. qemu-user (tests/cross) reports the abort on the same stderr
  * after the child's own line: that line is cut off. Returns the length kept. */
 #include <errno.h>
-#include <signal.h>
-#include <sys/wait.h>
 static inline size_t tu_stderr_of_child(void (*body)(void *), void *arg, char *out, size_t cap, int *status) {
   int fds[2];
   out[0] = '\0';

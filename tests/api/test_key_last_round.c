@@ -60,16 +60,12 @@ static void *busy(void *arg) {
   return NULL;
 }
 
-static void sleep_ms(long ms) {
-  struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-  nanosleep(&t, NULL);
-}
 
 static int case_next(void) {
   run_exiting_worker();
   pthread_t t;
   pthread_create(&t, NULL, busy, NULL); /* glibc gives it the worker's stack and TLS */
-  sleep_ms(100);
+  tu_sleep_ms(100);
   int saved = dup(2), null = open("/dev/null", O_WRONLY);
   dup2(null, 2); /* the reports themselves are not the point */
   malloc_stats();
@@ -85,7 +81,7 @@ static int case_busy(void) {
   run_exiting_worker();
   pthread_t t[4];
   for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, busy, &busy_rounds[i]);
-  sleep_ms(1500); /* long enough for the releaser's idle scans (twice a second) */
+  tu_sleep_ms(1500); /* long enough for the releaser's idle scans (twice a second) */
   busy_stop = 1;
   for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
   for (int i = 0; i < 4; i++) CHECK_MSG(busy_rounds[i] > 0, "busy thread %d made no allocation", i);
@@ -109,31 +105,7 @@ int main(void) {
   return 77;
 #endif
   pthread_key_create(&rearmed_key, rearming_destructor);
-  int (*cases[])(void) = {case_next, case_busy, case_main_exit};
-  const char *names[] = {"next", "busy", "main_exit"};
-  enum { CASES = sizeof cases / sizeof cases[0] };
-  int failed = 0;
-  for (int i = 0; i < CASES; i++) {
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-      int rc = cases[i]();
-      fflush(stdout);
-      _exit(rc);
-    }
-    int status = 0, waited = 0;
-    while (waitpid(pid, &status, WNOHANG) == 0 && waited++ < 3000) sleep_ms(10);
-    if (waited > 3000) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      printf("FAIL: case %s hung (30 s)\n", names[i]);
-      failed++;
-    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      printf("FAIL: case %s: %s %d\n", names[i], WIFEXITED(status) ? "exit" : "signal",
-             WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-      failed++;
-    }
-  }
-  printf("api-key_last_round: %d of %d cases failed\n", failed, CASES);
-  return failed != 0;
+  int (*const cases[])(void) = {case_next, case_busy, case_main_exit};
+  const char *const names[] = {"next", "busy", "main_exit"};
+  return tu_run_cases("api-key_last_round", cases, names, sizeof cases / sizeof cases[0], 30);
 }

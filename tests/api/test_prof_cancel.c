@@ -58,10 +58,6 @@ static void watchdog(int sig) {
   _exit(1);
 }
 
-static void sleep_ms(long ms) {
-  struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-  nanosleep(&t, NULL);
-}
 
 int main(int argc, char **argv) {
   if (argc < 2) { /* again, sampling one allocation per 4 KiB (the options are read at start) */
@@ -93,7 +89,7 @@ int main(int argc, char **argv) {
   pthread_t d;
   pthread_create(&d, NULL, drainer, NULL);
   pthread_create(&t, NULL, dumper, NULL);
-  sleep_ms(500); /* its first dump fills the pipe: the dumper waits in write(2), inside the profiler */
+  tu_sleep_ms(500); /* its first dump fills the pipe: the dumper waits in write(2), inside the profiler */
   pthread_cancel(t);
   sem_post(&drain_now);
   pthread_join(t, NULL); /* its dump ends, then its pthread_testcancel acts */
@@ -107,7 +103,7 @@ int main(int argc, char **argv) {
   dumps = 0;
   pthread_t again;
   pthread_create(&again, NULL, dumper, NULL); /* dumps of its own: the lock is free */
-  while (dumps < 2) sleep_ms(10);
+  while (dumps < 2) tu_sleep_ms(10);
   pthread_cancel(again);
   pthread_join(again, NULL);
   for (int i = 0; i < KEPT; i++) free(kept[i]);

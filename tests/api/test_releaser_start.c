@@ -38,16 +38,12 @@
 #define PARKED 6
 #define STACK_BYTES ((size_t)8 << 20) /* 6 of them: over glibc's 40 MiB stack cache in the child */
 
-static void sleep_ms(long ms) {
-  struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-  nanosleep(&t, NULL);
-}
 
 /* Whether the releaser thread is in this process, waiting up to 5 s for it. */
 static int releaser_seen(void) {
   for (int tries = 0; tries < 500; tries++) {
     if (tu_thread_named("qmalloc-release")) return 1;
-    sleep_ms(10);
+    tu_sleep_ms(10);
   }
   return 0;
 }
@@ -79,15 +75,8 @@ static void *forker(void *arg) {
     free(big);
     _exit(releaser_seen() ? 0 : 3);
   }
-  int status = 0;
-  for (int waited = 0; waitpid(pid, &status, WNOHANG) == 0; waited++) {
-    if (waited == 6000) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return (void *)"the forked child hung (60 s)";
-    }
-    sleep_ms(10);
-  }
+  int status;
+  if (!tu_wait_child(pid, 60, &status)) return (void *)"the forked child hung (60 s)";
   if (!WIFEXITED(status)) return (void *)"the forked child was killed by a signal";
   if (WEXITSTATUS(status) == 3) return (void *)"the forked child's allocation did not start its releaser";
   return WEXITSTATUS(status) == 0 ? NULL : (void *)"the forked child failed";
@@ -129,7 +118,7 @@ static int case_frees(void) {
   for (int i = 0; i < BLOCKS; i++) free(blocks[i]); /* the last allocator calls */
   size_t now = peak;
   for (int waited = 0; waited < 2000 && now >= base + (12u << 20); waited++) {
-    sleep_ms(10);
+    tu_sleep_ms(10);
     now = tu_statm_bytes(1);
   }
   CHECK_MSG(now < base + (12u << 20), "RSS %zu MiB above the start 20 s after the frees (peak %zu MiB above)",
@@ -182,11 +171,8 @@ static int case_callback(void) {
   for (int k = 0; k < PROCESSES; k++) {
     pid_t pid = fork();
     if (pid == 0) _exit(callback_race());
-    int status = 0, waited = 0;
-    while (waitpid(pid, &status, WNOHANG) == 0 && waited++ < 3000) sleep_ms(10);
-    if (waited > 3000) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
+    int status;
+    if (!tu_wait_child(pid, 30, &status)) {
       CHECK_MSG(0, "process %d of %d hung (30 s): a releaser started inside a dl_iterate_phdr callback?", k + 1, PROCESSES);
       break;
     }
@@ -236,31 +222,8 @@ int main(int argc, char **argv) {
     printf("api-releaser_start: skipped: QMALLOC_RELEASE_THREAD=0 turns off the background releaser this tests\n");
     return 77;
   }
-  int (*cases[])(void) = {case_fork, case_frees, case_loader, case_callback};
-  const char *names[] = {"fork", "frees", "loader", "callback"};
-  enum { CASES = sizeof cases / sizeof cases[0] };
-  int failed = 0;
-  for (int i = 0; i < CASES; i++) {
-    fflush(stdout);
-    pid_t pid = fork(); /* each case in a fresh single-threaded process, no releaser yet */
-    if (pid == 0) {
-      int rc = cases[i]();
-      fflush(stdout);
-      _exit(rc);
-    }
-    int status = 0, waited = 0;
-    while (waitpid(pid, &status, WNOHANG) == 0 && waited++ < 6000) sleep_ms(10);
-    if (waited > 6000) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      printf("FAIL: case %s hung (60 s)\n", names[i]);
-      failed++;
-    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      printf("FAIL: case %s: %s %d\n", names[i], WIFEXITED(status) ? "exit" : "signal",
-             WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-      failed++;
-    }
-  }
-  printf("api-releaser_start: %d of %d cases failed\n", failed, CASES);
-  return failed != 0;
+  /* Each case in a fresh single-threaded process, no releaser yet. */
+  int (*const cases[])(void) = {case_fork, case_frees, case_loader, case_callback};
+  const char *const names[] = {"fork", "frees", "loader", "callback"};
+  return tu_run_cases("api-releaser_start", cases, names, sizeof cases / sizeof cases[0], 60);
 }
