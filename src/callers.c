@@ -45,9 +45,9 @@ extern const ElfW(Ehdr) __ehdr_start __attribute__((visibility("hidden"))); /* t
 static struct {
   addr_range_t loader, self, libc;
   bool frees_may_start;
-  int libc_claimed; /* the first finder writes libc, then sets libc_found (release) */
-  bool libc_found;
+  int libc_state; /* LIBC_UNKNOWN, then LIBC_WRITING by the first finder, LIBC_FOUND (release) */
 } callers;
+enum { LIBC_UNKNOWN, LIBC_WRITING, LIBC_FOUND };
 
 static bool in_range(addr_range_t range, uintptr_t at) { return at >= range.lo && at < range.hi; }
 
@@ -92,13 +92,14 @@ typedef enum { FRAME_LOADER, FRAME_LIBC, FRAME_PROGRAM } frame_kind_t;
  * tried again a few times (threads starting together walk together). */
 static int callers_walk(frame_kind_t kinds[PROF_MAX_FRAMES]) {
   addr_range_t libc = {UINTPTR_MAX, 0};
-  if (__atomic_load_n(&callers.libc_found, __ATOMIC_ACQUIRE)) {
+  if (__atomic_load_n(&callers.libc_state, __ATOMIC_ACQUIRE) == LIBC_FOUND) {
     libc = callers.libc;
   } else { /* found by every caller until one has published it */
     dl_iterate_phdr(libc_range_of, &libc);
-    if (__atomic_exchange_n(&callers.libc_claimed, 1, __ATOMIC_ACQ_REL) == 0) {
+    int unknown = LIBC_UNKNOWN;
+    if (__atomic_compare_exchange_n(&callers.libc_state, &unknown, LIBC_WRITING, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
       callers.libc = libc;
-      __atomic_store_n(&callers.libc_found, true, __ATOMIC_RELEASE);
+      __atomic_store_n(&callers.libc_state, LIBC_FOUND, __ATOMIC_RELEASE);
     }
   }
   uintptr_t frames[PROF_MAX_FRAMES];
