@@ -434,7 +434,7 @@ static block_t block_of(void *ptr, const char *call, bool freeing) {
         /* A sampled block's page kept for the next sample (prof_pages.c) is no live block either. */
         bool kept = span->state == SPAN_LARGE && span->sampled == PROF_PAGE_STASHED;
         if (span->state == SPAN_LARGE && !kept) return (block_t){0, span};
-        if (span->state == SPAN_FREE_BACKED || span->state == SPAN_FREE_RELEASED || kept) {
+        if (span_is_free(span) || kept) {
           if (freeing) check_fail_double_free(call, ptr);
           check_fail_invalid(call, ptr); /* as for a freed small block */
         }
@@ -477,7 +477,7 @@ static QM_NOINLINE QM_COLD __attribute__((noreturn)) void free_fail(void *ptr, c
       span_t *span = __atomic_load_n(&leaf->spans[(page >> PAGE_SHIFT) & (PAGEMAP_LEAF_LEN - 1)], __ATOMIC_RELAXED);
       if (span == NULL || span->start != page || pagemap_span(span->start) != span) continue;
       bool inside = addr < span->start + (uintptr_t)span->npages * PAGE_SIZE;
-      if (inside && (span->state == SPAN_FREE_BACKED || span->state == SPAN_FREE_RELEASED)) check_fail_double_free(call, ptr);
+      if (inside && span_is_free(span)) check_fail_double_free(call, ptr);
       break;
     }
   }

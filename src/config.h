@@ -115,6 +115,11 @@ static const int qm_debug = 0;
  * coarse one (os_now_ms): a tick of 1 to 4 ms. */
 #define PAGEHEAP_RESIDENCY_MIN_AGE_MS 10
 
+/* How many spans a thread takes out of the free sets for release at a time (pageheap.c,
+ * release_batch_t): their madvise calls run with the page heap's lock released, and the lock is
+ * taken once to file them all. */
+#define PAGEHEAP_RELEASE_BATCH 32
+
 /* Free spans shorter than this many pages live in exact-length lists; longer ones in one list
  * searched best-fit (few and large, so the search is short). */
 #define PAGEHEAP_EXACT_LISTS 128

@@ -115,6 +115,11 @@ bool pageheap_would_fault_at_high(size_t npages);
 QM_INLINE bool span_is_large_block(const span_t *span, uintptr_t start) {
   return span->state == SPAN_LARGE && span->start == start;
 }
+/* Whether span holds free pages of the page heap: in a free set, or on their way back to the OS.
+ * A pointer to one was a block once (a double free) or never (invalid). */
+QM_INLINE bool span_is_free(const span_t *span) {
+  return span->state == SPAN_FREE_BACKED || span->state == SPAN_FREE_RELEASED || span->state == SPAN_RELEASING;
+}
 /* The program's free of the large block at start, whose span the page map named without the lock:
  * pageheap_free once the span is found, under the lock, to be that block still. A second free of
  * it at the same instant from another thread may have freed it first, and a third thread may then

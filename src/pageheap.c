@@ -5,11 +5,14 @@
  * reused within decay_ms, and the retain_max cap; huge blocks as mappings of their own; giving
  * address space back (whole free spans unmapped on malloc_trim and when a mapping is refused).
  * Does not: know about size classes beyond writing the page map for small spans.
- * Lock: pageheap.lock protects everything here, span headers (span.c) and page-map writes. Every
+ * Lock: pageheap.lock protects everything here, span headers (span.c) and page-map writes, but for
+ * the headers of spans a thread took out of the free sets to release (SPAN_RELEASING), which are
+ * that thread's until it files them: their madvise runs without the lock ("release to the OS"). Every
  * change to a mapping that the page map describes (mremap, munmap of a range qmalloc registered)
  * happens with the lock held, or after the range left the page map: otherwise another thread could
  * map the same addresses, register them, and have its entries erased by ours.
  * Callers: central.c (small spans), api.c (large objects), stats.c, init.c (fork). */
+#include <sched.h>
 #include <string.h>
 
 #include "internal.h"
@@ -36,6 +39,8 @@ static struct {
   span_t *oldest, *newest; /* backed free spans, by the time they became free */
   size_t small_span_bytes, large_bytes, direct_bytes, direct_blocks;
   size_t free_spans;
+  span_t *releasing;     /* spans whose madvise is in flight, by a thread without the lock */
+  size_t releasing_bytes; /* their bytes: free backed until they are filed as released */
   uint64_t release_calls, released_bytes_total;
   uint64_t growth_released_bytes; /* of released_bytes_total: by pageheap_release_for_growth */
   uint64_t release_failures, unmap_failures; /* calls the kernel refused (the memory was kept) */
@@ -226,38 +231,60 @@ static bool pageheap_carve(span_t *span, size_t npages) {
 
 /* ---- release to the OS --------------------------------------------------------------------- */
 
-/* Releases one backed span (on the age list). A span is released (and so known to read as zero,
- * which calloc trusts) only if the kernel dropped its pages; if it refused (mlock'ed memory), the
- * span goes back to the backed set as the newest, so that the decay does not try it again at once.
- * Where kernel pages are larger than qmalloc's, only the whole kernel pages inside the span are
- * released: the span is split, and the edges stay backed (off the age list, since they hold no
- * whole kernel page; they go back on it when they merge with a neighbour). */
-static bool pageheap_release_span(span_t *span, uint64_t now) {
+/* A release runs in three steps, and the kernel's part without the lock. Under the lock, a due span
+ * leaves the free sets as SPAN_RELEASING (handed to no one, merged with no neighbour, its pages
+ * still counted as free backed); then the lock is dropped for the madvise; then it is taken again to
+ * file the span as released, or as backed if the kernel refused. madvise(MADV_DONTNEED) takes time
+ * in proportion to the pages it drops, and this lock is the one every span refill and large block
+ * takes: held across it, a release of a few GiB stops every thread that needs a span for as long
+ * (the complaints filed against gperftools' ReleaseFreeMemory: 0.1-1 s). A batch belongs to the
+ * thread that took its spans, which gives them back before its call returns (pageheap_unlock): a
+ * malloc_trim has released what it took when it returns, and a release at a new high has dropped
+ * the pages before the request's are faulted in. Every span in flight is also on
+ * pageheap.releasing, for a forked child, where the thread releasing it does not exist: the child
+ * files them as backed (pageheap_unlock_after_fork). */
+typedef struct {
+  struct {
+    span_t *span;
+    bool growth; /* taken by pageheap_release_for_growth: counted as growth_released_bytes */
+  } taken[PAGEHEAP_RELEASE_BATCH];
+  size_t n;
+  bool more; /* the decay stopped at a full batch: run it again once this one is filed */
+} release_batch_t;
+
+typedef enum { RELEASE_TAKEN, RELEASE_SKIPPED, RELEASE_BATCH_FULL, RELEASE_REFUSED } release_take_t;
+
+/* Takes one backed span (on the age list) into batch for release. Only the whole kernel pages
+ * inside it go (kernel pages larger than qmalloc's): the edges are split off and stay backed (off
+ * the age list, since they hold no whole kernel page; they go back on it when they merge with a
+ * neighbour). In the hardened build, the pages parked in the span's shadow are dropped here, under
+ * the lock that guards the shadows' table (harden_park.c); refused, the span stays backed as the
+ * newest, so that the decay does not try it again at once. Requires the lock. */
+static release_take_t pageheap_take_for_release(span_t *span, uint64_t now, bool growth, release_batch_t *batch) {
+  if (batch->n == PAGEHEAP_RELEASE_BATCH) return RELEASE_BATCH_FULL;
   uintptr_t lo, hi;
   bool releasable = pageheap_releasable(span, &lo, &hi);
   pageheap_remove(span);
   if (!releasable) { /* nothing whole to give back: stays backed, off the age list */
     pageheap_insert(span);
-    return true;
+    return RELEASE_SKIPPED;
   }
-  /* In the hardened build, the pages parked in the span's shadow first (harden_park.c). */
-  if ((qm_hardened && span->parked && !harden_park_release(lo, hi - lo)) || !os_release((void *)lo, hi - lo)) {
+  if (qm_hardened && span->parked && !harden_park_release(lo, hi - lo)) {
     pageheap.release_failures++;
     span->freed_ms = now;
     pageheap_insert(span); /* as it was: its neighbours did not change */
-    return false;
+    return RELEASE_REFUSED;
   }
-  pageheap.release_calls++;
-  pageheap.released_bytes_total += hi - lo;
   uintptr_t end = pageheap_span_end(span);
   if (lo > span->start) { /* the backed head stays, the rest is split off */
     span_t *rest = span_new(lo, (end - lo) / PAGE_SIZE, SPAN_FREE_BACKED);
     if (rest == NULL) { /* no header for the split: keep it whole and backed (still correct) */
       span->freed_ms = now;
       pageheap_insert(span);
-      return true;
+      return RELEASE_SKIPPED;
     }
     rest->parked = span->parked;
+    rest->freed_ms = span->freed_ms;
     span->npages = (uint32_t)((lo - span->start) / PAGE_SIZE);
     pageheap_insert(span);
     span = rest;
@@ -267,16 +294,40 @@ static bool pageheap_release_span(span_t *span, uint64_t now) {
     if (tail == NULL) { /* no header for the split: the span stays backed (still correct) */
       span->freed_ms = now;
       pageheap_insert(span);
-      return true;
+      return RELEASE_SKIPPED;
     }
     tail->freed_ms = span->freed_ms;
     tail->parked = span->parked;
     span->npages = (uint32_t)((hi - span->start) / PAGE_SIZE);
     pageheap_insert(tail);
   }
-  span->state = SPAN_FREE_RELEASED;
-  pageheap_insert_coalesced(span);
-  return true;
+  span->state = SPAN_RELEASING;
+  span->prev = NULL;
+  span->next = pageheap.releasing;
+  if (span->next) span->next->prev = span;
+  pageheap.releasing = span;
+  pageheap.releasing_bytes += span->npages * PAGE_SIZE;
+  batch->taken[batch->n].span = span;
+  batch->taken[batch->n].growth = growth;
+  batch->n++;
+  return RELEASE_TAKEN;
+}
+
+/* Files a span that was on its way to the OS: released (and so known to read as zero, which calloc
+ * trusts) only if the kernel dropped its pages; if it refused (mlock'ed memory), backed again as
+ * the newest. Requires the lock. */
+static void pageheap_file_releasing(span_t *span, bool released, uint64_t now) {
+  if (span->prev) span->prev->next = span->next;
+  else pageheap.releasing = span->next;
+  if (span->next) span->next->prev = span->prev;
+  pageheap.releasing_bytes -= span->npages * PAGE_SIZE;
+  if (released) {
+    span->state = SPAN_FREE_RELEASED;
+  } else {
+    span->state = SPAN_FREE_BACKED;
+    span->freed_ms = now;
+  }
+  pageheap_insert_coalesced(span); /* its neighbours may have changed meanwhile */
 }
 
 /* When a span freed at `freed_ms` is due: decay_ms -1 ("never", mallopt(M_TRIM_THRESHOLD, -1))
@@ -285,17 +336,25 @@ static uint64_t pageheap_due_ms(uint64_t freed_ms, uint64_t decay) {
   return decay > UINT64_MAX - freed_ms ? UINT64_MAX : freed_ms + decay;
 }
 
-/* Releases backed spans free for longer than decay_ms, then the oldest until the backed free bytes
- * are at most retain_max plus the pages in use, up to twice retain_max: that part by the background
- * releaser, woken for it, while one runs on another thread (release.c; retain_max 0 keeps "at
- * once" on the freeing thread). Requires the lock. The cap
+/* After a refusal (mlockall): the decay tries again one decay interval (at least 1 s) later rather
+ * than on every entry, and the memory is kept (it stays backed and correct). */
+static void pageheap_decay_after_refusal(uint64_t now) {
+  uint64_t decay = (uint64_t)option(OPTION_DECAY_MS);
+  __atomic_store_n(&pageheap.next_decay_ms, pageheap_due_ms(now, decay > 1000 ? decay : 1000), __ATOMIC_RELAXED);
+}
+
+/* Takes for release the backed spans free for longer than decay_ms, then the oldest until the
+ * backed free bytes are at most retain_max plus the pages in use, up to twice retain_max: that part
+ * by the background releaser, woken for it, while one runs on another thread (release.c;
+ * retain_max 0 keeps "at once" on the freeing thread). Requires the lock; the caller gives the
+ * batch back (pageheap_unlock). The cap
  * grows with the heap in use so that a working set of big blocks that turns over (free one,
  * allocate another of another size) keeps its free spans backed: with a fixed 64 MiB, three or
  * four live blocks of 5-25 MiB (mtbench large-blocks --live 3, --live 4) released and faulted back
  * 40-60% more pages than with it, and took 1.2-1.8 times as long (peak RSS +2.5% now). A program
  * that really shrinks lowers the cap with its heap, and the decay still releases what stays
  * unused; retain_max 0 (mallopt's M_TRIM_THRESHOLD 0) still releases every free span at once. */
-static void pageheap_decay(uint64_t now) {
+static void pageheap_decay(uint64_t now, release_batch_t *batch) {
   uint64_t decay = (uint64_t)option(OPTION_DECAY_MS);
   size_t retain_max = (size_t)option(OPTION_RETAIN_MAX), in_use = pageheap.small_span_bytes + pageheap.large_bytes;
   size_t retain = retain_max + (in_use < retain_max ? in_use : retain_max);
@@ -305,10 +364,13 @@ static void pageheap_decay(uint64_t now) {
    * (ThreadSanitizer found the plain store). */
   while ((s = pageheap.oldest) != NULL &&
          (pageheap_due_ms(s->freed_ms, decay) <= now || (cap_here && pageheap.backed.bytes > retain))) {
-    if (!pageheap_release_span(s, now)) {
-      /* The kernel keeps refusing (mlockall): try again one decay interval (at least 1 s) later
-       * rather than on every entry, and keep the memory (it stays backed and correct). */
-      __atomic_store_n(&pageheap.next_decay_ms, pageheap_due_ms(now, decay > 1000 ? decay : 1000), __ATOMIC_RELAXED);
+    release_take_t took = pageheap_take_for_release(s, now, false, batch);
+    if (took == RELEASE_BATCH_FULL) {
+      batch->more = true;
+      break;
+    }
+    if (took == RELEASE_REFUSED) {
+      pageheap_decay_after_refusal(now);
       return;
     }
   }
@@ -316,17 +378,66 @@ static void pageheap_decay(uint64_t now) {
                    __ATOMIC_RELAXED);
 }
 
-void pageheap_decay_now(void) {
-  pthread_mutex_lock(&pageheap.lock);
-  pageheap_decay(os_now_ms());
+/* Gives the batch's spans back to the OS with the lock released, and files them under it again;
+ * then, if the decay stopped at a full batch, runs it again, until nothing more is due. Called and
+ * returns with the lock held. */
+static void pageheap_give_back(release_batch_t *batch) {
+  while (batch->n > 0) {
+    size_t n = batch->n;
+    bool released[PAGEHEAP_RELEASE_BATCH];
+    pthread_mutex_unlock(&pageheap.lock);
+    /* The spans are this thread's until filed: no one else reads or writes their headers. */
+    for (size_t i = 0; i < n; i++) {
+      span_t *span = batch->taken[i].span;
+      released[i] = os_release((void *)span->start, span->npages * PAGE_SIZE);
+    }
+    pthread_mutex_lock(&pageheap.lock);
+    uint64_t now = os_now_ms();
+    bool refused = false;
+    for (size_t i = 0; i < n; i++) {
+      span_t *span = batch->taken[i].span;
+      size_t bytes = span->npages * PAGE_SIZE;
+      if (released[i]) {
+        pageheap.release_calls++;
+        pageheap.released_bytes_total += bytes;
+        if (batch->taken[i].growth) pageheap.growth_released_bytes += bytes;
+      } else {
+        pageheap.release_failures++;
+        refused = true;
+      }
+      pageheap_file_releasing(span, released[i], now);
+    }
+    batch->n = 0;
+    if (refused) {
+      pageheap_decay_after_refusal(now);
+      batch->more = false;
+    }
+    if (batch->more) {
+      batch->more = false;
+      pageheap_decay(now, batch);
+    }
+  }
+}
+
+/* Releases the lock, first giving back what the call took for release. */
+static void pageheap_unlock(release_batch_t *batch) {
+  pageheap_give_back(batch);
   pthread_mutex_unlock(&pageheap.lock);
+}
+
+void pageheap_decay_now(void) {
+  release_batch_t batch = {.n = 0};
+  pthread_mutex_lock(&pageheap.lock);
+  pageheap_decay(os_now_ms(), &batch);
+  pageheap_unlock(&batch);
 }
 
 void pageheap_maybe_decay(uint64_t now) {
   if (now < __atomic_load_n(&pageheap.next_decay_ms, __ATOMIC_RELAXED)) return;
+  release_batch_t batch = {.n = 0};
   pthread_mutex_lock(&pageheap.lock);
-  pageheap_decay(now);
-  pthread_mutex_unlock(&pageheap.lock);
+  pageheap_decay(now, &batch);
+  pageheap_unlock(&batch);
 }
 
 /* Unmaps free spans, giving their address space back: released ones of at least min_pages pages,
@@ -362,12 +473,33 @@ static size_t pageheap_unmap_free(size_t min_pages, bool backed_too) {
   return unmapped;
 }
 
+#define PAGEHEAP_TRIM_WAIT_MS 1000
+
 size_t pageheap_release_all(void) {
+  release_batch_t batch = {.n = 0};
   pthread_mutex_lock(&pageheap.lock);
   size_t before = pageheap.released_bytes_total;
   uint64_t now = os_now_ms();
   /* Each backed span once: one the kernel refuses moves to the newest end and is not retried. */
-  for (size_t n = pageheap.free_spans; n > 0 && pageheap.oldest != NULL; n--) pageheap_release_span(pageheap.oldest, now);
+  for (size_t n = pageheap.free_spans; n > 0 && pageheap.oldest != NULL; n--) {
+    if (pageheap_take_for_release(pageheap.oldest, now, false, &batch) == RELEASE_BATCH_FULL) {
+      pageheap_give_back(&batch);
+      n++; /* not taken yet */
+    }
+  }
+  pageheap_give_back(&batch);
+  /* Spans another thread took for release (the background releaser's decay, another trim) are that
+   * thread's to file: wait for their madvise, so that what was free has gone back when malloc_trim
+   * returns. Without the wait, api-large_reuse found 26 MiB still resident after it, once in
+   * ctest's repeated runs and once in 400 runs four at a time (0 in 400 with it). At most
+   * PAGEHEAP_TRIM_WAIT_MS: a thread stopped between its madvise and the filing (in a signal
+   * handler that blocks) keeps its spans to itself. sched_yield, not a sleep: no cancellation
+   * point. */
+  for (uint64_t from = now; pageheap.releasing != NULL && os_now_ms() - from < PAGEHEAP_TRIM_WAIT_MS;) {
+    pthread_mutex_unlock(&pageheap.lock);
+    sched_yield();
+    pthread_mutex_lock(&pageheap.lock);
+  }
   uint64_t decay = (uint64_t)option(OPTION_DECAY_MS);
   __atomic_store_n(&pageheap.next_decay_ms, pageheap.oldest ? pageheap_due_ms(pageheap.oldest->freed_ms, decay) : UINT64_MAX,
                    __ATOMIC_RELAXED);
@@ -529,7 +661,7 @@ static span_t *pageheap_join(size_t need, zero_range_t *zero) {
  * large-blocks --live 3: releasing every span, whatever its size, cost 19% more page faults, 4,000
  * on a run of 21,500, and took its peak RSS from 86.9 to 77.7 MB; python3 27.8 MB). Only at a new
  * high, where the peak is set; below it the decay suffices. Requires the lock. */
-static void pageheap_release_for_growth(size_t need) {
+static void pageheap_release_for_growth(size_t need, release_batch_t *batch) {
   if ((uint64_t)option(OPTION_DECAY_MS) == UINT64_MAX) return; /* "never": malloc_trim only */
   uint64_t now = os_now_ms();
   span_t *s = pageheap.oldest, *newer;
@@ -537,9 +669,8 @@ static void pageheap_release_for_growth(size_t need) {
     newer = s->u.age.newer; /* a release may split s and put its edges last on the age list */
     size_t npages = s->npages;
     if (2 * npages > need) continue;
-    uint64_t before = pageheap.released_bytes_total;
-    if (!pageheap_release_span(s, now)) return; /* the kernel refused: the decay's retry covers it */
-    pageheap.growth_released_bytes += pageheap.released_bytes_total - before;
+    release_take_t took = pageheap_take_for_release(s, now, true, batch);
+    if (took == RELEASE_BATCH_FULL || took == RELEASE_REFUSED) return; /* the decay covers the rest */
     left = npages >= left ? 0 : left - npages;
   }
 }
@@ -550,7 +681,8 @@ static void pageheap_release_for_growth(size_t need) {
  * new high of the heap in use, as many backed pages are released as are about to be faulted in.
  * *zero: the part of the span known to read as zero (all of a released one, the released part of
  * a joined one). Requires the lock. */
-static span_t *pageheap_find_any(size_t npages, size_t align_pages, bool grow, zero_range_t *zero) {
+static span_t *pageheap_find_any(size_t npages, size_t align_pages, bool grow, zero_range_t *zero,
+                                 release_batch_t *batch) {
   size_t need = npages + align_pages - 1; /* with room for any start */
   /* The high counts the pages the request takes, not its alignment's slack, and only once it is
    * served: a refused malloc(16 TiB) or memalign(1 TiB) left a high no later growth reached, and
@@ -561,7 +693,7 @@ static span_t *pageheap_find_any(size_t npages, size_t align_pages, bool grow, z
   zero->lo = zero->hi = 0;
   span_t *span = pageheap_find_fit(&pageheap.backed, npages, align_pages);
   if (span == NULL && align_pages == 1) span = pageheap_join(need, zero);
-  if (span == NULL && new_high && need >= PAGEHEAP_GROWTH_RELEASE_PAGES) pageheap_release_for_growth(need);
+  if (span == NULL && new_high && need >= PAGEHEAP_GROWTH_RELEASE_PAGES) pageheap_release_for_growth(need, batch);
   if (span == NULL) span = pageheap_find_fit(&pageheap.released, npages, align_pages);
   if (span == NULL && grow && pageheap_grow(need)) span = pageheap_find_fit(&pageheap.released, npages, align_pages);
   if (span != NULL && span->state == SPAN_FREE_RELEASED) zero->lo = span->start, zero->hi = pageheap_span_end(span);
@@ -584,14 +716,15 @@ span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, ze
    * than the block itself, so an impossible request fails before anything lasting is reserved. */
   bool own_mapping = sizeclass == 0 && (npages * PAGE_SIZE >= (size_t)option(OPTION_RELEASE_LARGE) ||
                                         align_pages * PAGE_SIZE > OS_CHUNK_SIZE);
+  release_batch_t batch = {.n = 0};
   pthread_mutex_lock(&pageheap.lock);
   uint64_t now = os_now_ms();
-  pageheap_decay(now);
   zero_range_t found_zero;
-  span_t *span = pageheap_find_any(npages, align_pages, !own_mapping, &found_zero);
+  span_t *span = pageheap_find_any(npages, align_pages, !own_mapping, &found_zero, &batch);
   if (span == NULL) {
     span = own_mapping ? pageheap_alloc_direct(npages, align_pages) : NULL;
-    pthread_mutex_unlock(&pageheap.lock);
+    pageheap_decay(now, &batch);
+    pageheap_unlock(&batch);
     if (span != NULL && zero) zero->lo = span->start, zero->hi = pageheap_span_end(span);
     return span;
   }
@@ -632,11 +765,15 @@ span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, ze
     pagemap_set_ends(span);
     pageheap.large_bytes += npages * PAGE_SIZE;
   }
-  pthread_mutex_unlock(&pageheap.lock);
+  /* The decay after the search, not before: a span due for release that the request can use is
+   * taken as it is, not dropped and faulted in again (and spans on their way to the OS are in no
+   * set the search sees). */
+  pageheap_decay(now, &batch);
+  pageheap_unlock(&batch);
   return span;
 fail:
   pageheap_insert_coalesced(span);
-  pthread_mutex_unlock(&pageheap.lock);
+  pageheap_unlock(&batch);
   return NULL;
 }
 
@@ -791,10 +928,12 @@ static void pageheap_free_span(span_t *span, uintptr_t start) {
   }
   span->sizeclass = 0;
   pageheap_file_freed(span, runs, nruns, now);
-  if (release_now) pageheap_release_span(span, now); /* no runs asked: span is the merged span now */
-  pageheap_decay(now);
+  release_batch_t batch = {.n = 0};
+  /* No runs asked: span is the merged span now. */
+  if (release_now) (void)pageheap_take_for_release(span, now, false, &batch);
+  pageheap_decay(now, &batch);
   if (pageheap.backed.bytes >= RELEASE_START_BYTES) release_request();
-  pthread_mutex_unlock(&pageheap.lock);
+  pageheap_unlock(&batch);
 }
 
 void pageheap_free(span_t *span) { pageheap_free_span(span, 0); }
@@ -913,11 +1052,20 @@ fail:
 
 void pageheap_lock_for_fork(void) { fork_lock(&pageheap.lock, FORK_SLOT_PAGEHEAP); }
 
-void pageheap_unlock_after_fork(bool child) { fork_unlock(&pageheap.lock, FORK_SLOT_PAGEHEAP, child); }
+/* In a child, the spans another thread of the parent was releasing have no one to file them: they
+ * go back as backed (whether the madvise ran before the fork or not, backed claims nothing about
+ * their contents). */
+void pageheap_unlock_after_fork(bool child) {
+  if (child) {
+    uint64_t now = os_now_ms();
+    while (pageheap.releasing != NULL) pageheap_file_releasing(pageheap.releasing, false, now);
+  }
+  fork_unlock(&pageheap.lock, FORK_SLOT_PAGEHEAP, child);
+}
 
 void pageheap_stats(pageheap_stats_t *out) {
   pthread_mutex_lock(&pageheap.lock);
-  out->free_backed_bytes = pageheap.backed.bytes;
+  out->free_backed_bytes = pageheap.backed.bytes + pageheap.releasing_bytes;
   out->free_released_bytes = pageheap.released.bytes;
   out->small_span_bytes = pageheap.small_span_bytes;
   out->large_bytes = pageheap.large_bytes;

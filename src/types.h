@@ -18,6 +18,7 @@ typedef enum {
   SPAN_FREE_RELEASED, /* free pages returned to the OS (or never touched) */
   SPAN_SMALL,         /* carved into objects of one size class, owned by central.c */
   SPAN_LARGE,         /* one large object handed to the program */
+  SPAN_RELEASING,     /* free pages on their way back to the OS: in no set (pageheap.c) */
   SPAN_GUARD          /* pagemap.c only: the guard after a page-heap chunk (one static header) */
 } span_state_t;
 
