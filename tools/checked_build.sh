@@ -20,7 +20,8 @@
 #          tcache_set_capacity), then idle reclaim (unit-reclaim, its race at QM_TEST_RACE_OPS
 #          operations a racer) and the thread-cache, central-list, page-heap, releaser (its
 #          wake under the page heap's lock) and options-race (mallopt's sets against readers)
-#          unit tests. Any report fails the test (halt_on_error,
+#          unit tests, and unit-release_unlocked (a span allocation while another thread is in the
+#          madvise of a release, outside the lock). Any report fails the test (halt_on_error,
 #          and -fno-sanitize-recover for UBSan). The stress tests run with idle reclaim off
 #          (QMALLOC_TCACHE_IDLE_MS=0): its membarrier(2) protocol orders plain accesses in a way
 #          ThreadSanitizer does not model (src/tcache.c, tcache_reclaim_scan, says why that is not a
@@ -45,8 +46,8 @@ case $kind in
             "stress-fork -- stress_fork --forks 12") ;;
   tsan)
     args=(-DQM_STD_NAMES=OFF -DQM_SANITIZE=thread,undefined)
-    unit_regex='^unit-(reclaim|tcache|central|pageheap|release|options_race)$'
-    units=(unit_reclaim unit_tcache unit_central unit_pageheap unit_release unit_options_race)
+    unit_regex='^unit-(reclaim|tcache|central|pageheap|release|release_unlocked|options_race)$'
+    units=(unit_reclaim unit_tcache unit_central unit_pageheap unit_release unit_release_unlocked unit_options_race)
     stress=("stress-stress QMALLOC_TCACHE_IDLE_MS=0 -- stress_stress --threads 4 --ops 1500"
             "stress-thread_churn QMALLOC_TCACHE_IDLE_MS=0 -- stress_thread_churn --threads 160"
             "stress-stress-sampled QMALLOC_TCACHE_IDLE_MS=0 QMALLOC_PROF_SAMPLE=64 QMALLOC_PROF_MAX_SAMPLES=100 QMALLOC_STATS=1 -- stress_stress --threads 4 --ops 1500"
