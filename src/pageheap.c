@@ -742,7 +742,7 @@ span_t *pageheap_alloc(size_t npages, size_t align_pages, unsigned sizeclass, ze
   pageheap_remove(span);
   uint8_t free_state = span->state;
   uintptr_t align = align_pages * PAGE_SIZE;
-  size_t lead = ((align - span->start % align) % align) / PAGE_SIZE;
+  size_t lead = align_pages == 1 ? 0 : ((align - span->start % align) % align) / PAGE_SIZE; /* no divisions */
   if (lead > 0) { /* give back the pages before the aligned start */
     span_t *front = span;
     if (!pageheap_carve(front, lead)) goto fail;
