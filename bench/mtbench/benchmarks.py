@@ -196,7 +196,7 @@ BENCHMARKS = {b.name: b for b in [
         "again by the next malloc (time in the kernel, minor faults); one that keeps it for a while reuses it "
         "without faults, at the cost of the retained block in peak RSS.",
         (Metric("elapsed_s", "time (s)", "lower"), Metric("minflt", "minor page faults", "lower", "{:.0f}"), PEAK_RSS),
-        ("live", "min-mb", "max-mb", "iterations"),
+        ("live", "min-mb", "max-mb", "write-kb", "iterations"),
         ops=OpCount("blocks (each one malloc and one free)", ("iterations",), lambda r: r["iterations"])),
     Benchmark(
         "remote-stream", "Remote frees in a stream: producers fill batches, consumers free them",
@@ -333,7 +333,8 @@ REAL_PAPER_SCALE = {"python-objects": 10, "python-tests": 12, "perl-hash": 100, 
 def _issue15_quick():
     """Points of issue 15's workload classes and the real family in the quick preset."""
     return {
-        "large-blocks": _points(live=[1, 3], **{"min-mb": 5, "max-mb": 25}, iterations=60),
+        "large-blocks": _points(live=[1, 3], **{"min-mb": 5, "max-mb": 25}, iterations=60)
+                        + _points(live=1, **{"min-mb": 1, "max-mb": 4, "write-kb": 4}, iterations=50_000),
         "remote-stream": _points(producers=1, consumers=1, batches=200, batch=1000)
                          + _points(producers=2, consumers=2, batches=100, batch=1000)
                          + _points(producers=1, consumers=3, batches=200, batch=1000),
@@ -347,7 +348,8 @@ def _issue15_quick():
 
 def _issue15_paper():
     return {
-        "large-blocks": _points(live=[1, 2, 4], **{"min-mb": 5, "max-mb": 25}, iterations=1000),
+        "large-blocks": _points(live=[1, 2, 4], **{"min-mb": 5, "max-mb": 25}, iterations=1000)
+                        + _points(live=[1, 4], **{"min-mb": 1, "max-mb": 4, "write-kb": 4}, iterations=1_000_000),
         "remote-stream": _points(producers=[1, 2, 4], consumers=[1, 2, 4], batches=1000, batch=1000),
         "server-mix": _points(sized=[0, 1], threads=[1, 2, 4, 8], requests=2_000_000),
         "realloc-mix": _points(threads=[1, 2, 4, 8], ops=3_000_000),
