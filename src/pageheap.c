@@ -252,11 +252,19 @@ typedef struct {
   bool more; /* the decay stopped at a full batch: run it again once this one is filed */
 } release_batch_t;
 
+/* The batch of this thread's call into the page heap, if it made one. A forked child tells by it
+ * which spans in flight are its own thread's: those of a release that a signal handler interrupted
+ * to fork, which the interrupted call files itself once the handler returns. (Stale once the call
+ * returns, when none of its spans is in flight any more: another batch at the same address is this
+ * thread's again.) */
+static __thread const release_batch_t *pageheap_batch_mine __attribute__((tls_model("initial-exec")));
+
 /* Empty. Not `= {0}`, which writes the whole array: 70 instructions on every large malloc and
  * free (callgrind). */
 static void release_batch_init(release_batch_t *batch) {
   batch->n = 0;
   batch->more = false;
+  pageheap_batch_mine = batch;
 }
 
 typedef enum { RELEASE_TAKEN, RELEASE_SKIPPED, RELEASE_BATCH_FULL, RELEASE_REFUSED } release_take_t;
@@ -309,6 +317,10 @@ static release_take_t pageheap_take_for_release(span_t *span, uint64_t now, bool
     pageheap_insert(tail);
   }
   span->state = SPAN_RELEASING;
+  span->u.releaser = batch;
+  /* Its ends in the page map: a piece split off here is in no set, which would have written them,
+   * and free_fail finds a freed block's span by them (a double free, not an invalid pointer). */
+  pagemap_set_ends(span);
   span->prev = NULL;
   span->next = pageheap.releasing;
   if (span->next) span->next->prev = span;
@@ -1066,11 +1078,16 @@ void pageheap_lock_for_fork(void) { fork_lock(&pageheap.lock, FORK_SLOT_PAGEHEAP
 
 /* In a child, the spans another thread of the parent was releasing have no one to file them: they
  * go back as backed (whether the madvise ran before the fork or not, backed claims nothing about
- * their contents). */
+ * their contents). The forking thread's own, if a signal handler forked in the middle of its
+ * release, stay in flight: the interrupted call files them when the handler returns (filed here
+ * too, they were filed twice: a span in two sets, the heap corrupted). */
 void pageheap_unlock_after_fork(bool child) {
   if (child) {
     uint64_t now = os_now_ms();
-    while (pageheap.releasing != NULL) pageheap_file_releasing(pageheap.releasing, false, now);
+    for (span_t *s = pageheap.releasing, *next; s != NULL; s = next) {
+      next = s->next;
+      if (s->u.releaser != pageheap_batch_mine) pageheap_file_releasing(s, false, now);
+    }
   }
   fork_unlock(&pageheap.lock, FORK_SLOT_PAGEHEAP, child);
 }

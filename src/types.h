@@ -46,6 +46,7 @@ typedef struct span_s {
       struct span_s *newer;
       struct span_s *older;
     } age;
+    const void *releaser; /* SPAN_RELEASING: the batch it is in, on its thread's stack (pageheap.c) */
   } u;
   uint64_t freed_ms;    /* SPAN_FREE_BACKED: when it became free (decay clock); SPAN_LARGE: when
                          * it was handed out (pageheap_unresident_runs: its age at its free) */
