@@ -144,11 +144,12 @@ static int fork_from_handler_in_madvise(void) {
   sigaction(SIGUSR1, &sa, NULL);
   fork_hi = rhi;
   fork_lo = rlo;
+  uint64_t released_before = heap().released_bytes_total;
   (void)pageheap_release_all();
   if (forked == 0) { /* the child, after the handler returned and the release went on */
-    span_t *filed = pagemap_span(rlo); /* the header the release filed (it survives any merge) */
+    /* (Not by its header: merged into a free run of a chunk or more, the trim unmapped it.) */
     int bad = 0;
-    if (filed == NULL || filed->state != SPAN_FREE_RELEASED || filed->start > rlo) bad |= 1;
+    if (heap().released_bytes_total - released_before < rhi - rlo) bad |= 1; /* filed released */
     pageheap_stats_t h = heap();
     if (h.free_backed_bytes > ((size_t)1 << 40) || h.free_spans > ((size_t)1 << 30)) bad |= 2; /* wrapped */
     if (!identity_holds()) bad |= 16; /* a span counted twice */
@@ -216,10 +217,8 @@ int main(void) {
   pthread_join(releaser, NULL);
   pthread_join(beside, NULL);
 
-  span_t *filed = pagemap_span(rlo);
-  CHECK_MSG(filed != NULL && filed->state == SPAN_FREE_RELEASED && filed->start <= rlo,
-            "after the madvise the span at %#lx is %s", (unsigned long)rlo, filed == NULL ? "not in the page map" : "not released");
-  CHECK(heap().released_bytes_total - released_before >= rhi - rlo);
+  /* Filed as released: counted so (its header may be gone: the trim unmaps free runs of a chunk). */
+  CHECK_MSG(heap().released_bytes_total - released_before >= rhi - rlo, "the span in flight was not filed as released");
   CHECK_MSG(identity_holds(), "the statistics do not add up to the bytes mapped after the release");
 
   int child = fork_from_handler_in_madvise();
