@@ -517,7 +517,7 @@ size_t pageheap_release_all(void) {
    * PAGEHEAP_TRIM_WAIT_MS: a thread stopped between its madvise and the filing (in a signal
    * handler that blocks) keeps its spans to itself. sched_yield, not a sleep: no cancellation
    * point. */
-  for (uint64_t from = now; pageheap.releasing != NULL && os_now_ms() - from < PAGEHEAP_TRIM_WAIT_MS;) {
+  for (uint64_t from = os_now_ms(); pageheap.releasing != NULL && os_now_ms() - from < PAGEHEAP_TRIM_WAIT_MS;) {
     pthread_mutex_unlock(&pageheap.lock);
     sched_yield();
     pthread_mutex_lock(&pageheap.lock);
