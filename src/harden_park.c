@@ -126,3 +126,9 @@ void harden_park(uintptr_t start, size_t bytes) {
 void harden_unpark(uintptr_t start, size_t bytes) { (void)park_each(start, bytes, unpark_piece); }
 
 bool harden_park_release(uintptr_t start, size_t bytes) { return park_each(start, bytes, release_piece); }
+
+uintptr_t harden_park_shadow_of(uintptr_t start, size_t bytes) {
+  size_t i = park_find(start);
+  if (i >= park_range_count || park_ranges[i].start > start || park_ranges[i].end < start + bytes) return 0;
+  return park_ranges[i].shadow + (start - park_ranges[i].start);
+}

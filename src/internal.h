@@ -331,6 +331,10 @@ void harden_unpark(uintptr_t start, size_t bytes);
 /* Releases the pages a free range's shadow holds; false if the kernel kept some (the range must
  * not then be counted as released: calloc trusts released pages to read as zero). */
 bool harden_park_release(uintptr_t start, size_t bytes);
+/* Where the shadow of [start, start + bytes) is, if the range lies in one chunk that has one; 0
+ * otherwise. A shadow stays where it is while its range is not unmapped (harden_park_forget), so
+ * its pages can be released after the lock is dropped, while the range is in no one's hands. */
+uintptr_t harden_park_shadow_of(uintptr_t start, size_t bytes);
 
 /* ---- stats.c ---- */
 void stats_mapped_add(intptr_t bytes);

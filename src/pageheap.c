@@ -33,7 +33,7 @@ static struct {
    * instructions, and a plain mutex put every waiter to sleep and woke it again (futex calls: most
    * of the time): 0.35-0.62 s against 0.12-0.30 (mtbench busy-threads --blocks 4 --min-size 100000
    * --max-size 262144 --write-all 0, 4 runs each; docs/design.md, "the total bounds budgets"). A
-   * forked child's is a plain one (fork_unlock). */
+   * forked child's is adaptive too (fork_unlock keeps a lock's kind). */
   pthread_mutex_t lock;
   free_set_t backed, released;
   span_t *oldest, *newest; /* backed free spans, by the time they became free */
@@ -246,7 +246,8 @@ static bool pageheap_carve(span_t *span, size_t npages) {
 typedef struct {
   struct {
     span_t *span;
-    bool growth; /* taken by pageheap_release_for_growth: counted as growth_released_bytes */
+    uintptr_t shadow; /* hardened build: where its parked pages wait (harden_park.c), or 0 */
+    bool growth;      /* taken by pageheap_release_for_growth: counted as growth_released_bytes */
   } taken[PAGEHEAP_RELEASE_BATCH];
   size_t n;
   bool more; /* the decay stopped at a full batch: run it again once this one is filed */
@@ -272,9 +273,10 @@ typedef enum { RELEASE_TAKEN, RELEASE_SKIPPED, RELEASE_BATCH_FULL, RELEASE_REFUS
 /* Takes one backed span (on the age list) into batch for release. Only the whole kernel pages
  * inside it go (kernel pages larger than qmalloc's): the edges are split off and stay backed (off
  * the age list, since they hold no whole kernel page; they go back on it when they merge with a
- * neighbour). In the hardened build, the pages parked in the span's shadow are dropped here, under
- * the lock that guards the shadows' table (harden_park.c); refused, the span stays backed as the
- * newest, so that the decay does not try it again at once. Requires the lock. */
+ * neighbour). In the hardened build, the pages parked in the span's shadow go with it: where the
+ * span lies in one chunk's shadow (the shadows' table is this lock's), found here and dropped with
+ * the span's own; otherwise dropped here, under the lock, and if the kernel refused, the span stays
+ * backed as the newest, so that the decay does not try it again at once. Requires the lock. */
 static release_take_t pageheap_take_for_release(span_t *span, uint64_t now, bool growth, release_batch_t *batch) {
   if (batch->n == PAGEHEAP_RELEASE_BATCH) return RELEASE_BATCH_FULL;
   uintptr_t lo, hi;
@@ -284,7 +286,8 @@ static release_take_t pageheap_take_for_release(span_t *span, uint64_t now, bool
     pageheap_insert(span);
     return RELEASE_SKIPPED;
   }
-  if (qm_hardened && span->parked && !harden_park_release(lo, hi - lo)) {
+  uintptr_t shadow = qm_hardened && span->parked ? harden_park_shadow_of(lo, hi - lo) : 0;
+  if (qm_hardened && span->parked && shadow == 0 && !harden_park_release(lo, hi - lo)) {
     pageheap.release_failures++;
     span->freed_ms = now;
     pageheap_insert(span); /* as it was: its neighbours did not change */
@@ -327,6 +330,7 @@ static release_take_t pageheap_take_for_release(span_t *span, uint64_t now, bool
   pageheap.releasing = span;
   pageheap.releasing_bytes += span->npages * PAGE_SIZE;
   batch->taken[batch->n].span = span;
+  batch->taken[batch->n].shadow = shadow;
   batch->taken[batch->n].growth = growth;
   batch->n++;
   return RELEASE_TAKEN;
@@ -408,7 +412,9 @@ static void pageheap_give_back(release_batch_t *batch) {
     /* The spans are this thread's until filed: no one else reads or writes their headers. */
     for (size_t i = 0; i < n; i++) {
       span_t *span = batch->taken[i].span;
-      released[i] = os_release((void *)span->start, span->npages * PAGE_SIZE);
+      size_t bytes = span->npages * PAGE_SIZE;
+      uintptr_t shadow = batch->taken[i].shadow;
+      released[i] = (shadow == 0 || os_release((void *)shadow, bytes)) && os_release((void *)span->start, bytes);
     }
     pthread_mutex_lock(&pageheap.lock);
     uint64_t now = os_now_ms();
