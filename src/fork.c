@@ -54,7 +54,14 @@ void fork_unlock(pthread_mutex_t *lock, unsigned slot, bool child) {
   uint64_t bit = (uint64_t)1 << (slot % 64);
   bool taken = (fork_self.taken[slot / 64] & bit) != 0;
   fork_self.taken[slot / 64] &= ~bit;
-  if (child) pthread_mutex_init(lock, NULL); /* taken or not: whoever held it is gone */
+  if (child) { /* taken or not: whoever held it is gone */
+    /* Of the same kind as before (the page heap's is adaptive): code below a signal handler that
+     * forked may be inside pthread_mutex_lock or unlock, which read the kind again after its first
+     * test, and stop on an assertion when it changed (the child of a timer's handler, 2 in 1,200). */
+    int kind = lock->__data.__kind;
+    pthread_mutex_init(lock, NULL);
+    lock->__data.__kind = kind;
+  }
   else if (taken) pthread_mutex_unlock(lock);
 }
 
