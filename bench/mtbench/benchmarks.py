@@ -187,6 +187,17 @@ BENCHMARKS = {b.name: b for b in [
         (Metric("ops_per_s", "malloc+free/s", "higher"), PEAK_RSS),
         ("threads", "blocks", "max-size", "write-all"),
         ops=OpCount("blocks (each malloc'd, written and freed by one thread)", ("pairs",), lambda r: r["pairs"])),
+    Benchmark(
+        "release-stall", "Other threads' large allocations while a freed GiB goes back to the system",
+        "issue 15 (memory returned to the OS); gperftools issues #754 and #1547 (threads stopped 0.1-1 s "
+        "while ReleaseFreeMemory held the page heap's lock across madvise)",
+        "An allocator that holds the lock its large blocks need while the kernel drops freed pages (tens of "
+        "ms a GiB) stops every thread that needs it for as long; one that drops them outside the lock, or "
+        "unmaps each block at its free, does not.",
+        (Metric("worst_ms", "slowest worker malloc+free from the frees on (ms)", "lower"),
+         Metric("base_worst_ms", "slowest before them (ms): the machine's noise", "lower"), PEAK_RSS),
+        ("threads", "free-mb", "block-kb", "trim", "after-ms"),
+        ops=OpCount("worker malloc+free pairs", ("pairs",), lambda r: r["pairs"])),
     # The workload classes of issue 15: where a peer was far ahead on a suite of well-known
     # allocator benchmarks, each written here from the description of the class.
     Benchmark(
@@ -386,7 +397,8 @@ def _paper():
 
 def _memory():
     """The memory scenarios only (not part of quick): a couple of minutes with 5 allocators."""
-    return Preset("memory", "memory scenarios: two phases, thread churn, steady state, idle threads, busy threads", 2, {
+    return Preset("memory", "memory scenarios: two phases, thread churn, steady state, idle threads, busy threads, "
+                  "release stall", 2, {
         # 12 s: the issue's bound for memory to go back with no allocator calls at all.
         "two-phase": _points(megabytes=300, sleep=12.0),
         "thread-churn": _points(threads=10_000, kilobytes=1024),
@@ -398,6 +410,9 @@ def _memory():
                                 **{"write-all": [0, 1]})
                         + _points(threads=64, blocks=4, rounds=2000, **{"min-size": 100_000, "max-size": 262_144},
                                   **{"write-all": [0, 1]}),
+        # 2 GiB freed, given back by the allocator's own means and by malloc_trim, under one worker
+        # (fewer threads than CPUs: the worst pair is the allocator's, not the scheduler's).
+        "release-stall": _points(threads=1, **{"free-mb": 2048}, trim=[0, 1]),
     })
 
 
@@ -421,6 +436,7 @@ def _smoke():
         "churn": _points(live=500, ops=5000),
         "mixed-stress": _points(threads=2, ops=1000, slots=100, generations=2),
         "busy-threads": _points(threads=6, blocks=8, rounds=20, **{"min-size": 1000, "max-size": 70000}, **{"write-all": 0}),
+        "release-stall": _points(threads=1, **{"free-mb": 8}, **{"after-ms": 10}),
         "real": _points(program="python-objects", scale=1),
         "prof-accuracy": _points(megabytes=1),
     })
