@@ -29,7 +29,7 @@
 static uintptr_t held_lo, held_hi; /* a madvise overlapping [held_lo, held_hi) waits */
 static int in_madvise, let_go;
 static uintptr_t fork_lo, fork_hi; /* a madvise overlapping [fork_lo, fork_hi) raises SIGUSR1 */
-static pid_t forked = -1;          /* by the handler: what fork returned */
+static volatile pid_t forked = -1; /* by the handler: what fork returned */
 
 static void fork_in_handler(int sig) {
   (void)sig;
@@ -120,7 +120,6 @@ static int child_gets_span_back(uintptr_t rlo, uintptr_t rhi) {
   if (s == NULL || !identity_holds()) return 4;
   return 0;
 }
-
 
 /* [*rlo, *rhi): the whole kernel pages inside [lo, hi), which a release gives back. */
 static void kernel_pages_inside(uintptr_t lo, uintptr_t hi, uintptr_t *rlo, uintptr_t *rhi) {
