@@ -253,11 +253,10 @@ typedef struct {
   bool more; /* the decay stopped at a full batch: run it again once this one is filed */
 } release_batch_t;
 
-/* The batch of this thread's call into the page heap, if it made one. A forked child tells by it
- * which spans in flight are its own thread's: those of a release that a signal handler interrupted
- * to fork, which the interrupted call files itself once the handler returns. (Stale once the call
- * returns, when none of its spans is in flight any more: another batch at the same address is this
- * thread's again.) */
+/* The batch this thread last took a span into. A forked child tells by it which spans in flight
+ * are its own thread's: those of a release that a signal handler interrupted to fork, which the
+ * interrupted call files itself once the handler returns. (Stale once the call returns, when none
+ * of its spans is in flight any more: another batch at the same address is this thread's again.) */
 static __thread const release_batch_t *pageheap_batch_mine __attribute__((tls_model("initial-exec")));
 
 /* Empty. Not `= {0}`, which writes the whole array: 70 instructions on every large malloc and
@@ -265,7 +264,6 @@ static __thread const release_batch_t *pageheap_batch_mine __attribute__((tls_mo
 static void release_batch_init(release_batch_t *batch) {
   batch->n = 0;
   batch->more = false;
-  pageheap_batch_mine = batch;
 }
 
 typedef enum { RELEASE_TAKEN, RELEASE_SKIPPED, RELEASE_BATCH_FULL, RELEASE_REFUSED } release_take_t;
@@ -286,12 +284,15 @@ static release_take_t pageheap_take_for_release(span_t *span, uint64_t now, bool
     pageheap_insert(span);
     return RELEASE_SKIPPED;
   }
-  uintptr_t shadow = qm_hardened && span->parked ? harden_park_shadow_of(lo, hi - lo) : 0;
-  if (qm_hardened && span->parked && shadow == 0 && !harden_park_release(lo, hi - lo)) {
-    pageheap.release_failures++;
-    span->freed_ms = now;
-    pageheap_insert(span); /* as it was: its neighbours did not change */
-    return RELEASE_REFUSED;
+  uintptr_t shadow = 0;
+  if (qm_hardened && span->parked) {
+    shadow = harden_park_shadow_of(lo, hi - lo);
+    if (shadow == 0 && !harden_park_release(lo, hi - lo)) {
+      pageheap.release_failures++;
+      span->freed_ms = now;
+      pageheap_insert(span); /* as it was: its neighbours did not change */
+      return RELEASE_REFUSED;
+    }
   }
   uintptr_t end = pageheap_span_end(span);
   if (lo > span->start) { /* the backed head stays, the rest is split off */
@@ -320,7 +321,7 @@ static release_take_t pageheap_take_for_release(span_t *span, uint64_t now, bool
     pageheap_insert(tail);
   }
   span->state = SPAN_RELEASING;
-  span->u.releaser = batch;
+  span->u.releaser = pageheap_batch_mine = batch;
   /* Its ends in the page map: a piece split off here is in no set, which would have written them,
    * and free_fail finds a freed block's span by them (a double free, not an invalid pointer). */
   pagemap_set_ends(span);
@@ -359,6 +360,13 @@ static uint64_t pageheap_due_ms(uint64_t freed_ms, uint64_t decay) {
   return decay > UINT64_MAX - freed_ms ? UINT64_MAX : freed_ms + decay;
 }
 
+/* The decay is next due when the oldest backed span is (never, with none). Stored atomically:
+ * pageheap_maybe_decay reads it without the lock (ThreadSanitizer found the plain store). */
+static void pageheap_next_decay_from_oldest(uint64_t decay) {
+  __atomic_store_n(&pageheap.next_decay_ms, pageheap.oldest ? pageheap_due_ms(pageheap.oldest->freed_ms, decay) : UINT64_MAX,
+                   __ATOMIC_RELAXED);
+}
+
 /* After a refusal (mlockall): the decay tries again one decay interval (at least 1 s) later rather
  * than on every entry, and the memory is kept (it stays backed and correct). */
 static void pageheap_decay_after_refusal(uint64_t now) {
@@ -383,8 +391,6 @@ static void pageheap_decay(uint64_t now, release_batch_t *batch) {
   size_t retain = retain_max + (in_use < retain_max ? in_use : retain_max);
   bool cap_here = pageheap.backed.bytes <= retain || retain_max == 0 || !release_wake();
   span_t *s;
-  /* next_decay_ms is stored atomically: pageheap_maybe_decay reads it without the lock
-   * (ThreadSanitizer found the plain store). */
   while ((s = pageheap.oldest) != NULL &&
          (pageheap_due_ms(s->freed_ms, decay) <= now || (cap_here && pageheap.backed.bytes > retain))) {
     release_take_t took = pageheap_take_for_release(s, now, false, batch);
@@ -397,8 +403,7 @@ static void pageheap_decay(uint64_t now, release_batch_t *batch) {
       return;
     }
   }
-  __atomic_store_n(&pageheap.next_decay_ms, pageheap.oldest ? pageheap_due_ms(pageheap.oldest->freed_ms, decay) : UINT64_MAX,
-                   __ATOMIC_RELAXED);
+  pageheap_next_decay_from_oldest(decay);
 }
 
 /* Gives the batch's spans back to the OS with the lock released, and files them under it again;
@@ -510,10 +515,8 @@ size_t pageheap_release_all(void) {
   uint64_t now = os_now_ms();
   /* Each backed span once: one the kernel refuses moves to the newest end and is not retried. */
   for (size_t n = pageheap.free_spans; n > 0 && pageheap.oldest != NULL; n--) {
-    if (pageheap_take_for_release(pageheap.oldest, now, false, &batch) == RELEASE_BATCH_FULL) {
-      pageheap_give_back(&batch);
-      n++; /* not taken yet */
-    }
+    if (batch.n == PAGEHEAP_RELEASE_BATCH) pageheap_give_back(&batch);
+    (void)pageheap_take_for_release(pageheap.oldest, now, false, &batch);
   }
   pageheap_give_back(&batch);
   /* Spans another thread took for release (the background releaser's decay, another trim) are that
@@ -528,9 +531,7 @@ size_t pageheap_release_all(void) {
     sched_yield();
     pthread_mutex_lock(&pageheap.lock);
   }
-  uint64_t decay = (uint64_t)option(OPTION_DECAY_MS);
-  __atomic_store_n(&pageheap.next_decay_ms, pageheap.oldest ? pageheap_due_ms(pageheap.oldest->freed_ms, decay) : UINT64_MAX,
-                   __ATOMIC_RELAXED);
+  pageheap_next_decay_from_oldest((uint64_t)option(OPTION_DECAY_MS));
   size_t released = pageheap.released_bytes_total - before;
   /* And the address space of whole free regions: a program that peaked under RLIMIT_AS and shrank
    * can map again (glibc's trim gives back its top chunk the same way). Free runs shorter than
