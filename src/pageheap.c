@@ -515,7 +515,10 @@ size_t pageheap_release_all(void) {
   uint64_t now = os_now_ms();
   /* Each backed span once: one the kernel refuses moves to the newest end and is not retried. */
   for (size_t n = pageheap.free_spans; n > 0 && pageheap.oldest != NULL; n--) {
-    if (batch.n == PAGEHEAP_RELEASE_BATCH) pageheap_give_back(&batch);
+    if (batch.n == PAGEHEAP_RELEASE_BATCH) {
+      pageheap_give_back(&batch); /* drops the lock: other threads may have taken every span since */
+      if (pageheap.oldest == NULL) break;
+    }
     (void)pageheap_take_for_release(pageheap.oldest, now, false, &batch);
   }
   pageheap_give_back(&batch);
