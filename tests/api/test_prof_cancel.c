@@ -8,9 +8,11 @@
  * after 60 s (a watchdog, not a timing assumption). The hardened build takes no samples (its
  * dump is empty), and must not hang either. */
 #include <fcntl.h>
+#include <sys/syscall.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,14 +27,32 @@ static int pipe_read_end;
 static sem_t drain_now;
 static volatile int dumps;
 
+static volatile pid_t dumper_tid;
+
 static void *dumper(void *arg) {
   (void)arg;
+  dumper_tid = (pid_t)syscall(SYS_gettid);
   for (;;) {
     qm_prof_dump(pipe_path, QM_PROF_LIVE); /* the pipe is full within a few dumps */
     dumps++;
     pthread_testcancel();
   }
   return NULL;
+}
+
+/* Whether thread tid is blocked in write(2): the first field of its /proc syscall file. Read
+ * without allocating (a sampled malloc here would wait for the dumper's lock). */
+static bool in_write(pid_t tid) {
+  char path[64], line[64];
+  if (tid == 0) return false;
+  snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return false;
+  ssize_t n = read(fd, line, sizeof line - 1);
+  close(fd);
+  if (n <= 0) return false;
+  line[n] = '\0';
+  return strtol(line, NULL, 10) == SYS_write;
 }
 
 static void *drainer(void *arg) {
@@ -89,7 +109,10 @@ int main(int argc, char **argv) {
   pthread_t d;
   pthread_create(&d, NULL, drainer, NULL);
   pthread_create(&t, NULL, dumper, NULL);
-  tu_sleep_ms(500); /* its first dump fills the pipe: the dumper waits in write(2), inside the profiler */
+  /* Its dumps fill the pipe: then the dumper waits in write(2), inside the profiler, which the
+   * kernel shows (/proc/.../syscall). Polled, not slept on: cancelled between two dumps, the
+   * dumper held no lock, and the build before passed too. */
+  while (!in_write(dumper_tid)) tu_sleep_ms(1);
   pthread_cancel(t);
   sem_post(&drain_now);
   pthread_join(t, NULL); /* its dump ends, then its pthread_testcancel acts */
