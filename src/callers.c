@@ -18,22 +18,27 @@ typedef struct {
   uintptr_t lo, hi;
 } addr_range_t;
 
-/* The addresses an ELF object loaded at `header` spans (all its PT_LOAD segments); empty (lo > hi)
- * if header is NULL or not an ELF header. Reads the mapped headers: no lock, no allocation. */
-static addr_range_t elf_range(const ElfW(Ehdr) *header) {
+/* The addresses an object's PT_LOAD segments span, loaded at `bias`; empty (lo > hi) if none. */
+static addr_range_t load_range(uintptr_t bias, const ElfW(Phdr) *phdrs, unsigned phnum) {
   addr_range_t range = {UINTPTR_MAX, 0};
-  if (header == NULL || memcmp(header->e_ident, ELFMAG, SELFMAG) != 0) return range;
-  const ElfW(Phdr) *phdrs = (const ElfW(Phdr) *)((const char *)header + header->e_phoff);
-  uintptr_t bias = 0;
-  for (unsigned i = 0; i < header->e_phnum; i++) /* the segment that maps the header gives the bias */
-    if (phdrs[i].p_type == PT_LOAD && phdrs[i].p_offset == 0) bias = (uintptr_t)header - phdrs[i].p_vaddr;
-  for (unsigned i = 0; i < header->e_phnum; i++) {
+  for (unsigned i = 0; i < phnum; i++) {
     if (phdrs[i].p_type != PT_LOAD) continue;
     uintptr_t lo = bias + phdrs[i].p_vaddr, hi = lo + phdrs[i].p_memsz;
     if (lo < range.lo) range.lo = lo;
     if (hi > range.hi) range.hi = hi;
   }
   return range;
+}
+
+/* The addresses an ELF object loaded at `header` spans; empty if header is NULL or not an ELF
+ * header. Reads the mapped headers: no lock, no allocation. */
+static addr_range_t elf_range(const ElfW(Ehdr) *header) {
+  if (header == NULL || memcmp(header->e_ident, ELFMAG, SELFMAG) != 0) return (addr_range_t){UINTPTR_MAX, 0};
+  const ElfW(Phdr) *phdrs = (const ElfW(Phdr) *)((const char *)header + header->e_phoff);
+  uintptr_t bias = 0;
+  for (unsigned i = 0; i < header->e_phnum; i++) /* the segment that maps the header gives the bias */
+    if (phdrs[i].p_type == PT_LOAD && phdrs[i].p_offset == 0) bias = (uintptr_t)header - phdrs[i].p_vaddr;
+  return load_range(bias, phdrs, header->e_phnum);
 }
 
 extern const ElfW(Ehdr) __ehdr_start __attribute__((visibility("hidden"))); /* this object's (ld) */
@@ -70,14 +75,7 @@ bool callers_free_may_start_thread(const void *ret) {
 static int libc_range_of(struct dl_phdr_info *info, size_t size, void *arg) {
   (void)size;
   uintptr_t libc_code = (uintptr_t)&pthread_create; /* libc's since glibc 2.34 */
-  addr_range_t range = {UINTPTR_MAX, 0};
-  for (unsigned i = 0; i < info->dlpi_phnum; i++) {
-    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-    if (ph->p_type != PT_LOAD) continue;
-    uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
-    if (lo < range.lo) range.lo = lo;
-    if (hi > range.hi) range.hi = hi;
-  }
+  addr_range_t range = load_range(info->dlpi_addr, info->dlpi_phdr, info->dlpi_phnum);
   if (!in_range(range, libc_code)) return 0;
   *(addr_range_t *)arg = range;
   return 1;
