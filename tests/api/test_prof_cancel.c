@@ -8,6 +8,7 @@
  * after 60 s (a watchdog, not a timing assumption). The hardened build takes no samples (its
  * dump is empty), and must not hang either. */
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/syscall.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -111,8 +112,12 @@ int main(int argc, char **argv) {
   pthread_create(&t, NULL, dumper, NULL);
   /* Its dumps fill the pipe: then the dumper waits in write(2), inside the profiler, which the
    * kernel shows (/proc/.../syscall). Polled, not slept on: cancelled between two dumps, the
-   * dumper held no lock, and the build before passed too. */
-  while (!in_write(dumper_tid)) tu_sleep_ms(1);
+   * dumper held no lock, and the build before passed too. Under qemu-user that file shows the
+   * host's system call numbers: there, a second after the pipe is full (the dumper's next write
+   * blocks at once). */
+  struct pollfd full = {.fd = fds[1], .events = POLLOUT};
+  while (poll(&full, 1, 0) == 1) tu_sleep_ms(1);
+  for (int waited = 0; !in_write(dumper_tid) && waited < 1000; waited++) tu_sleep_ms(1);
   pthread_cancel(t);
   sem_post(&drain_now);
   pthread_join(t, NULL); /* its dump ends, then its pthread_testcancel acts */
