@@ -217,17 +217,23 @@ void tcache_flush_self(void) {
   tcache_close(tc);
 }
 
-/* The first class of TCACHE_GROWTH_FLUSH_MIN bytes or more (tcache_init). */
-static unsigned tcache_growth_first = SIZECLASS_COUNT;
+/* The classes of TCACHE_GROWTH_FLUSH_MIN bytes or more are the last ones (sizes ascend with the
+ * class), from this one. A constant, so that the test below is unrolled. */
+#define TCACHE_GROWTH_ROW(cls, size, pages) +((size) >= TCACHE_GROWTH_FLUSH_MIN)
+enum { TCACHE_GROWTH_FIRST = SIZECLASS_COUNT - (0 SIZECLASS_ROWS(TCACHE_GROWTH_ROW)) };
 
 void tcache_flush_for_growth(size_t npages) {
-  unsigned first = tcache_growth_first;
+  const unsigned first = TCACHE_GROWTH_FIRST;
   tcache_t *tc = tcache_open();
-  bool holds = false;
-  for (unsigned cls = first; cls < SIZECLASS_COUNT; cls++) holds |= list_length(&tc->lists[cls]) > 0;
+  /* An owner's list outside a push or pop holds an object exactly when its head is not NULL: the
+   * heads OR-ed together, one or two instructions a class where the lengths took twelve (17
+   * classes: about 170 instructions fewer on every large malloc of 1 MiB or more; callgrind). */
+  uintptr_t heads = 0;
+#pragma GCC unroll 32
+  for (unsigned cls = first; cls < SIZECLASS_COUNT; cls++) heads |= (uintptr_t)tc->lists[cls].head;
   /* The page heap's lock only when there is something to send back: none for a program whose
    * thread caches hold no object of these classes (mtbench large-blocks). */
-  if (holds && tc->state == TCACHE_LIVE && pageheap_would_fault_at_high(npages)) {
+  if (heads != 0 && tc->state == TCACHE_LIVE && pageheap_would_fault_at_high(npages)) {
     for (unsigned cls = first; cls < SIZECLASS_COUNT; cls++) {
       tcache_list_t *list = &tc->lists[cls];
       if (list_length(list) == 0) continue;
@@ -720,9 +726,6 @@ void tcache_unlock_after_fork(bool child) {
 }
 
 void tcache_init(void) {
-  /* Found once, not at every large request: about 90 of the 1,280 instructions of a 1 MiB
-   * malloc+free (callgrind). */
-  while (tcache_growth_first > 1 && sizeclass_size[tcache_growth_first - 1] >= TCACHE_GROWTH_FLUSH_MIN) tcache_growth_first--;
   /* Does not allocate. Fails only when the process has used every key (PTHREAD_KEYS_MAX): then
    * threads run uncached (tcache_thread_init) rather than set a key that is not ours. */
   int err = pthread_key_create(&tcache_registry.exit_key, tcache_thread_exit);
