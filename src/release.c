@@ -242,6 +242,9 @@ void release_poll(void) {
 /* A program whose last calls are frees still gets the thread that gives their pages back: its own
  * frees may start it, the loader's may not (callers.h). */
 void release_poll_in_free(const void *ret) {
+  /* release_poll's own first test, before the caller's address is looked up: most large frees come
+   * with no start requested, or once the thread runs. */
+  if (!__atomic_load_n(&release_state.requested, __ATOMIC_RELAXED)) return;
   if (callers_free_may_start_thread(ret)) release_poll();
 }
 
