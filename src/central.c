@@ -298,12 +298,22 @@ unsigned central_remove(unsigned cls, void **head, unsigned want) {
 /* Returns a chain of objects to their spans; spans left with nothing out are chained (through
  * next) into *emptied for the caller to give to the page heap after unlocking. Requires c->lock. */
 static void central_insert_spans(central_t *c, unsigned cls, void *chain, span_t **emptied) {
+  /* The span of the object before, and its carved slots [lo, hi): a chain's objects mostly come
+   * in runs from one span, which then need no page-map walk (12 instructions an object, most of a
+   * thread's exit when it freed a megabyte of small objects). Its checks held then and hold on:
+   * under this lock a span of the class stays one, its carved range only grows. */
+  span_t *span = NULL;
+  uintptr_t lo = 0, hi = 0;
   while (chain != NULL) {
     void *obj = chain;
     chain = central_next(cls, obj, "free()");
-    span_t *span = pagemap_span((uintptr_t)obj);
-    if (span == NULL || span->state != SPAN_SMALL || span->sizeclass != cls)
-      check_fail("free(): heap corruption (object in the wrong list)", obj);
+    if ((uintptr_t)obj - lo >= hi - lo) {
+      span = pagemap_span((uintptr_t)obj);
+      if (span == NULL || span->state != SPAN_SMALL || span->sizeclass != cls)
+        check_fail("free(): heap corruption (object in the wrong list)", obj);
+      lo = span->start;
+      hi = lo + (uintptr_t)span->u.small.carved * sizeclass_size[cls];
+    }
     if (span->u.small.allocated == 0) check_fail_double_free("free()", obj);
     if (span->u.small.freelist == NULL && central_carved_whole(span, cls)) central_nonempty_push(c, span);
     central_link(cls, obj, span->u.small.freelist);

@@ -196,8 +196,65 @@ static void test_carve_lanes(void) {
   CHECK(checked >= 8); /* 8 to 128 bytes */
 }
 
+/* A chain going back to its spans is checked object by object, also within a run from one span
+ * (whose span the insert does not look up again): an object of that run returned twice, the
+ * second time once its span has nothing out, is a double free; an object of another class's span
+ * in the middle of a run is a corrupted list. Each in a child of its own, fresh classes there. */
+/* n objects of class cls, one request each (a request carves a page at most), chained in the
+ * order they came: the objects keep their free tags, the links are set here. */
+static void *take_chain(unsigned cls, uint32_t n) {
+  void *first = NULL, *last = NULL;
+  for (uint32_t i = 0; i < n; i++) {
+    void *one = NULL;
+    if (central_remove(cls, &one, 1) != 1) _exit(3);
+    freelist_set_next(one, NULL);
+    if (last != NULL) freelist_set_next(last, one);
+    else first = one;
+    last = one;
+  }
+  return first;
+}
+
+static void return_one_span_twice(void *unused) {
+  (void)unused;
+  unsigned cls = sizeclass_of(100000);
+  uint32_t per_span = sizeclass_span_objects[cls];
+  void *head = take_chain(cls, per_span);
+  void *last = head;
+  for (uint32_t i = 1; i < per_span; i++) last = freelist_next(last);
+  if (pagemap_span((uintptr_t)last) != pagemap_span((uintptr_t)head)) _exit(4); /* one span */
+  freelist_set_next(last, head); /* the run, then its first object again */
+  central_insert_to_spans(cls, head);
+  _exit(0);
+}
+
+static void return_other_class_in_run(void *unused) {
+  (void)unused;
+  unsigned cls = sizeclass_of(100000), other = sizeclass_of(50000);
+  void *mine = take_chain(cls, 2), *theirs = take_chain(other, 1);
+  void *second = freelist_next(mine);
+  if (pagemap_span((uintptr_t)second) != pagemap_span((uintptr_t)mine)) _exit(4); /* one span */
+  freelist_set_next(mine, theirs); /* mine, theirs, second */
+  freelist_set_next(theirs, second);
+  central_insert_to_spans(cls, mine);
+  _exit(0);
+}
+
+static void test_insert_checks_each(void) {
+  CHECK(sizeclass_span_objects[sizeclass_of(100000)] >= 2);
+  char out[512];
+  int status;
+  tu_stderr_of_child(return_one_span_twice, NULL, out, sizeof out, &status);
+  CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+  CHECK(strstr(out, "qmalloc: free(): double free 0x") != NULL);
+  tu_stderr_of_child(return_other_class_in_run, NULL, out, sizeof out, &status);
+  CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+  CHECK(strstr(out, "qmalloc: free(): heap corruption (object in the wrong list) 0x") != NULL);
+}
+
 int main(void) {
   init_process();
+  test_insert_checks_each();
   test_carved_on_demand();
   test_carved_one_a_request();
   test_carve_lanes();
