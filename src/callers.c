@@ -93,7 +93,10 @@ static int callers_walk(frame_kind_t kinds[PROF_MAX_FRAMES]) {
   if (__atomic_load_n(&callers.libc_state, __ATOMIC_ACQUIRE) == LIBC_FOUND) {
     libc = callers.libc;
   } else { /* found by every caller until one has published it */
-    dl_iterate_phdr(libc_range_of, &libc);
+    /* Under the profiler's lock around loader walks, signals blocked (prof_unwind.c): a fork from a
+     * handler that interrupted it left the child a loader lock it could never take. Busy: the
+     * verdict waits for a later poll. */
+    if (!prof_unwind_loader_walk(libc_range_of, &libc)) return -1;
     int unknown = LIBC_UNKNOWN;
     if (__atomic_compare_exchange_n(&callers.libc_state, &unknown, LIBC_WRITING, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
       callers.libc = libc;

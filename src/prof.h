@@ -129,6 +129,11 @@ void prof_unwind_start(void);
 /* A fork child: the rule table's writer lock and the unwinder's loading lock may have been held by a
  * thread that is gone. */
 void prof_unwind_fork_child(void);
+/* dl_iterate_phdr(callback, arg) under the lock around walks of the loader's objects, with this
+ * thread's signals blocked (prof_unwind.c says why); false, nothing walked, if another thread's walk
+ * holds it. Never waits: callers may run inside a program's own dl_iterate_phdr callback. */
+struct dl_phdr_info;
+bool prof_unwind_loader_walk(int (*callback)(struct dl_phdr_info *, size_t, void *), void *arg);
 /* The fork handlers' side of the lock around walks of the loader's objects (prof_unwind.c). */
 void prof_unwind_lock_for_fork(void);
 void prof_unwind_unlock_after_fork(bool child);

@@ -23,6 +23,7 @@
 #include <link.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -63,19 +64,46 @@ QM_EARLY_DATA static pthread_mutex_t unwind_load_lock = PTHREAD_MUTEX_INITIALIZE
  * a sample, never waited for (prof_rule_read says why), so a flag rather than a mutex: glibc's
  * pthread_mutex_trylock reads a jump table in libc's read-only data, whose page (and the 64 KiB
  * the kernel maps around it) a sampling process then had resident for nothing (unit-prof's
- * read-from-file check saw those pages in 3 runs of 40). */
-QM_EARLY_DATA static int unwind_phdr_busy;
-static __thread bool unwind_phdr_mine; /* this thread holds it (a fork from a signal handler) */
+ * read-from-file check saw those pages in 3 runs of 40).
+ * A walk blocks its thread's signals while it holds the flag. A fork from a signal handler that
+ * interrupted one left the child with the loader's lock held by the parent's thread id (glibc's
+ * recursive lock, which the interrupted call's unlock in the child then refused to release): the
+ * child's first sample, dlopen or C++ throw waited on it for ever (the review's fork_signal_timer:
+ * a timer's handler forks while a single-threaded loop mallocs 24 MiB blocks, each one sampled;
+ * 2 runs of 12 stopped so). Two system calls a walk, one walk or two a sample.
+ * The flag holds its holder, the address of that thread's unwind_phdr_tag (0: free), taken by one
+ * compare-and-swap: a fork handler on the holding thread knows at every instruction that the flag
+ * is its own. A boolean in the thread's storage, set after the exchange, left a window between the
+ * two where that handler waited for its own thread in prof_unwind_lock_for_fork, for ever (the
+ * same program, before the signals were blocked). */
+QM_EARLY_DATA static uintptr_t unwind_phdr_owner;
+static __thread char unwind_phdr_tag;
+static __thread sigset_t unwind_phdr_signals; /* the holder's mask before its walk */
+
+static uintptr_t unwind_phdr_self(void) { return (uintptr_t)&unwind_phdr_tag; }
 
 static bool unwind_phdr_try(void) {
-  if (__atomic_exchange_n(&unwind_phdr_busy, 1, __ATOMIC_ACQUIRE) != 0) return false;
-  unwind_phdr_mine = true;
-  return true;
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &unwind_phdr_signals);
+  uintptr_t free_flag = 0;
+  if (__atomic_compare_exchange_n(&unwind_phdr_owner, &free_flag, unwind_phdr_self(), false, __ATOMIC_ACQUIRE,
+                                  __ATOMIC_RELAXED))
+    return true;
+  pthread_sigmask(SIG_SETMASK, &unwind_phdr_signals, NULL);
+  return false;
 }
 
 static void unwind_phdr_release(void) {
-  unwind_phdr_mine = false;
-  __atomic_store_n(&unwind_phdr_busy, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&unwind_phdr_owner, 0, __ATOMIC_RELEASE);
+  pthread_sigmask(SIG_SETMASK, &unwind_phdr_signals, NULL);
+}
+
+bool prof_unwind_loader_walk(int (*callback)(struct dl_phdr_info *, size_t, void *), void *arg) {
+  if (!unwind_phdr_try()) return false;
+  dl_iterate_phdr(callback, arg);
+  unwind_phdr_release();
+  return true;
 }
 
 /* open: dlopen libgcc_s.so.1 if the process has no libgcc; without it, a process that has none
@@ -943,10 +971,10 @@ void prof_unwind_fork_child(void) {
 /* Whether prepare took the flag (this thread's fork). */
 static __thread bool unwind_phdr_taken_for_fork;
 
-/* Waits for another thread's walk to end, unless this thread holds the flag: the code a signal
- * handler that forks interrupted, which cannot go on before fork returns. */
+/* Waits for another thread's walk to end. Not for this thread's own: no signal handler runs while
+ * it holds the flag, but a fork there could never see it released. */
 void prof_unwind_lock_for_fork(void) {
-  if (unwind_phdr_mine) return;
+  if (__atomic_load_n(&unwind_phdr_owner, __ATOMIC_RELAXED) == unwind_phdr_self()) return;
   while (!unwind_phdr_try()) sched_yield();
   unwind_phdr_taken_for_fork = true;
 }
@@ -955,8 +983,8 @@ void prof_unwind_unlock_after_fork(bool child) {
   bool taken = unwind_phdr_taken_for_fork;
   unwind_phdr_taken_for_fork = false;
   if (child) { /* whoever held it is gone */
-    unwind_phdr_mine = false;
-    __atomic_store_n(&unwind_phdr_busy, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&unwind_phdr_owner, 0, __ATOMIC_RELAXED);
+    if (taken) pthread_sigmask(SIG_SETMASK, &unwind_phdr_signals, NULL);
   } else if (taken) {
     unwind_phdr_release();
   }
