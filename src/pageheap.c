@@ -409,7 +409,7 @@ static QM_NOINLINE void pageheap_decay_run(uint64_t now, release_batch_t *batch)
 /* pageheap_decay_run, when it has something to do. Every large malloc and free calls this twice
  * or more; most find nothing due and the backed free bytes within retain_max (at most the cap,
  * which is retain_max and more): then only the next due time is stored, as the run would, without
- * the run's six saved registers (about 40 instructions a call, callgrind). */
+ * the run's six saved registers (about 30 instructions a call, callgrind). */
 static inline void pageheap_decay(uint64_t now, release_batch_t *batch) {
   uint64_t decay = (uint64_t)option(OPTION_DECAY_MS);
   const span_t *oldest = pageheap.oldest;
