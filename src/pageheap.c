@@ -322,6 +322,10 @@ static release_take_t pageheap_take_for_release(span_t *span, uint64_t now, bool
   }
   span->state = SPAN_RELEASING;
   span->u.releaser = pageheap_batch_mine = batch;
+  /* Named before it is listed: a child forked by a signal handler here files the listed spans
+   * another batch owns, and must not take this one for such (a call kept the order until now; the
+   * fence keeps it under inlining). */
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
   /* Its ends in the page map: a piece split off here is in no set, which would have written them,
    * and free_fail finds a freed block's span by them (a double free, not an invalid pointer). */
   pagemap_set_ends(span);
