@@ -82,15 +82,21 @@ static __thread sigset_t unwind_phdr_signals; /* the holder's mask before its wa
 
 static uintptr_t unwind_phdr_self(void) { return (uintptr_t)&unwind_phdr_tag; }
 
+/* The mask is kept for the release only once the flag is taken: a try that fails inside this
+ * thread's own walk (libgcc's unwinder allocating there, whose slow path looks for libc's range)
+ * must not replace the walk's mask with its own, all blocked, which the walk's release would then
+ * leave in place. */
 static bool unwind_phdr_try(void) {
-  sigset_t all;
+  sigset_t all, before;
   sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &unwind_phdr_signals);
+  pthread_sigmask(SIG_BLOCK, &all, &before);
   uintptr_t free_flag = 0;
   if (__atomic_compare_exchange_n(&unwind_phdr_owner, &free_flag, unwind_phdr_self(), false, __ATOMIC_ACQUIRE,
-                                  __ATOMIC_RELAXED))
+                                  __ATOMIC_RELAXED)) {
+    unwind_phdr_signals = before;
     return true;
-  pthread_sigmask(SIG_SETMASK, &unwind_phdr_signals, NULL);
+  }
+  pthread_sigmask(SIG_SETMASK, &before, NULL);
   return false;
 }
 

@@ -1,9 +1,10 @@
 /* Forks beside the profiler's walks of the loader's objects (src/prof_unwind.c): no signal handler
  * runs on a thread while it walks, so a handler that forks never leaves its child the loader's
  * lock held by the parent's thread (glibc's recursive lock, which the child could then never
- * take: its first sample, dlopen or C++ throw waited for ever); and the fork handlers, which take
+ * take: its first sample, dlopen or C++ throw waited for ever); the fork handlers, which take
  * the walks' flag with the thread's signals blocked, give the parent and the child their signal
- * masks back. Each case in a child of its own, watched for a hang. */
+ * masks back; and so does a walk inside which another was tried. Each case in a child of its own,
+ * watched for a hang. */
 #include <link.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -83,9 +84,31 @@ static int case_fork_keeps_masks(void) {
   return tu_checks_failed != 0;
 }
 
+/* A walk tried inside this thread's own walk (a malloc there whose slow path looks for libc's
+ * range) finds the flag taken and walks nothing; the outer walk's end gives the thread back the
+ * mask it had, not one with every signal blocked. */
+static int nested_walk(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)info, (void)size;
+  int inner = 0;
+  *(int *)arg = prof_unwind_loader_walk(count_objects, &inner) ? 2 : inner == 0 ? 1 : 3;
+  return 1;
+}
+
+static int case_nested_walk_keeps_mask(void) {
+  sigset_t usr2;
+  sigemptyset(&usr2);
+  sigaddset(&usr2, SIGUSR2);
+  pthread_sigmask(SIG_BLOCK, &usr2, NULL);
+  int verdict = 0;
+  CHECK(prof_unwind_loader_walk(nested_walk, &verdict));
+  CHECK_EQ(verdict, 1); /* refused, nothing walked */
+  CHECK(mask_is_the_programs());
+  return tu_checks_failed != 0;
+}
+
 int main(void) {
   init_process();
-  int (*const cases[])(void) = {case_handler_forks_after_walk, case_fork_keeps_masks};
-  const char *const names[] = {"handler_forks_after_walk", "fork_keeps_masks"};
-  return tu_run_cases("unit-fork_walk", cases, names, 2, 30);
+  int (*const cases[])(void) = {case_handler_forks_after_walk, case_fork_keeps_masks, case_nested_walk_keeps_mask};
+  const char *const names[] = {"handler_forks_after_walk", "fork_keeps_masks", "nested_walk_keeps_mask"};
+  return tu_run_cases("unit-fork_walk", cases, names, 3, 30);
 }
