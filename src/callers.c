@@ -85,30 +85,35 @@ static int libc_range_of(struct dl_phdr_info *info, size_t size, void *arg) {
  * or another object's (the program's, here). */
 typedef enum { FRAME_LOADER, FRAME_LIBC, FRAME_PROGRAM } frame_kind_t;
 
+/* libc's range into *libc: published once found, looked up by every caller until then; false when
+ * another thread's walk held the loader's list (prof_unwind_loader_walk: under the profiler's
+ * lock, signals blocked, since a fork from a handler inside it left the child a loader lock it
+ * could never take). */
+static bool callers_libc(addr_range_t *libc) {
+  if (__atomic_load_n(&callers.libc_state, __ATOMIC_ACQUIRE) == LIBC_FOUND) {
+    *libc = callers.libc;
+    return true;
+  }
+  if (!prof_unwind_loader_walk(libc_range_of, libc)) return false;
+  int unknown = LIBC_UNKNOWN;
+  if (__atomic_compare_exchange_n(&callers.libc_state, &unknown, LIBC_WRITING, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+    callers.libc = *libc;
+    __atomic_store_n(&callers.libc_state, LIBC_FOUND, __ATOMIC_RELEASE);
+  }
+  return true;
+}
+
 /* The kinds of the caller's frames; -1 if the walk did not see the whole stack, 0 frames where
- * nothing is walked. A walk cut short because another thread's walk held the loader's list is
- * tried again a few times (threads starting together walk together). */
+ * nothing is walked. A walk cut short because another thread's walk held the loader's list (libc's
+ * range or the frames) is tried again a few times (threads starting together walk together). */
 static int callers_walk(frame_kind_t kinds[PROF_MAX_FRAMES]) {
   addr_range_t libc = {UINTPTR_MAX, 0};
-  if (__atomic_load_n(&callers.libc_state, __ATOMIC_ACQUIRE) == LIBC_FOUND) {
-    libc = callers.libc;
-  } else { /* found by every caller until one has published it */
-    /* Under the profiler's lock around loader walks, signals blocked (prof_unwind.c): a fork from a
-     * handler that interrupted it left the child a loader lock it could never take. Busy: the
-     * verdict waits for a later poll. */
-    if (!prof_unwind_loader_walk(libc_range_of, &libc)) return -1;
-    int unknown = LIBC_UNKNOWN;
-    if (__atomic_compare_exchange_n(&callers.libc_state, &unknown, LIBC_WRITING, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
-      callers.libc = libc;
-      __atomic_store_n(&callers.libc_state, LIBC_FOUND, __ATOMIC_RELEASE);
-    }
-  }
   uintptr_t frames[PROF_MAX_FRAMES];
   bool was = prof_suspend(), whole = false; /* nothing here is sampled */
   unsigned n = 0;
   for (int attempt = 0; attempt < 4 && !whole; attempt++) {
     if (attempt > 0) sched_yield();
-    n = prof_unwind_caller_frames(frames, &whole);
+    if (callers_libc(&libc)) n = prof_unwind_caller_frames(frames, &whole);
   }
   prof_resume(was);
   if (!whole) return -1;

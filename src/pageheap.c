@@ -366,9 +366,12 @@ static uint64_t pageheap_due_ms(uint64_t freed_ms, uint64_t decay) {
 
 /* The decay is next due when the oldest backed span is (never, with none). Stored atomically:
  * pageheap_maybe_decay reads it without the lock (ThreadSanitizer found the plain store). */
+static uint64_t pageheap_oldest_due_ms(uint64_t decay) {
+  return pageheap.oldest ? pageheap_due_ms(pageheap.oldest->freed_ms, decay) : UINT64_MAX;
+}
+
 static void pageheap_next_decay_from_oldest(uint64_t decay) {
-  __atomic_store_n(&pageheap.next_decay_ms, pageheap.oldest ? pageheap_due_ms(pageheap.oldest->freed_ms, decay) : UINT64_MAX,
-                   __ATOMIC_RELAXED);
+  __atomic_store_n(&pageheap.next_decay_ms, pageheap_oldest_due_ms(decay), __ATOMIC_RELAXED);
 }
 
 /* After a refusal (mlockall): the decay tries again one decay interval (at least 1 s) later rather
@@ -415,9 +418,7 @@ static QM_NOINLINE void pageheap_decay_run(uint64_t now, release_batch_t *batch)
  * which is retain_max and more): then only the next due time is stored, as the run would, without
  * the run's six saved registers (about 30 instructions a call, callgrind). */
 static inline void pageheap_decay(uint64_t now, release_batch_t *batch) {
-  uint64_t decay = (uint64_t)option(OPTION_DECAY_MS);
-  const span_t *oldest = pageheap.oldest;
-  uint64_t due = oldest ? pageheap_due_ms(oldest->freed_ms, decay) : UINT64_MAX;
+  uint64_t due = pageheap_oldest_due_ms((uint64_t)option(OPTION_DECAY_MS));
   if (due > now && pageheap.backed.bytes <= (size_t)option(OPTION_RETAIN_MAX)) {
     __atomic_store_n(&pageheap.next_decay_ms, due, __ATOMIC_RELAXED);
     return;

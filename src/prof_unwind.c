@@ -766,9 +766,7 @@ static int loader_unloads_of(struct dl_phdr_info *info, size_t size, void *arg) 
  * stops at the first object. */
 static bool prof_rules_current(void) {
   unsigned long long unloads;
-  if (!unwind_phdr_try()) return true;
-  dl_iterate_phdr(loader_unloads_of, &unloads);
-  unwind_phdr_release();
+  if (!prof_unwind_loader_walk(loader_unloads_of, &unloads)) return true;
   if (QM_LIKELY(unloads == __atomic_load_n(&prof_rules_unloads, __ATOMIC_RELAXED))) return true;
   if (__atomic_exchange_n(&prof_rules_writer, 1, __ATOMIC_ACQUIRE) != 0) return false;
   prof_rule_table_t *t = prof_rules;
